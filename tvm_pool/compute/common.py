@@ -1,0 +1,95 @@
+"""Pieces every tvm_pool compute shares: block annotations, dtypes, reducers."""
+
+from __future__ import annotations
+
+from tvm import te, tirx
+
+# Every tvm_pool compute block carries these annotations, so schedules find it fused or not.
+#  - "tvm_pool.kind": what the block computes ("max", "max_index", "avg_sum", "avg_div", ...)
+#  - "schedule_rule": MetaSchedule's custom-rule hook (s_tir.meta_schedule.<target>.<rule>)
+KIND_ATTR = "tvm_pool.kind"
+SCHEDULE_RULE_ATTR = "schedule_rule"
+SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
+
+# Index value of a window that saw no data (a window entirely inside padding).
+NO_INDEX = -1
+# Internal "no candidate yet" index: larger than any real index, so ties prefer real elements.
+_SENTINEL_INDEX = 2**62
+
+
+def block_attrs(kind: str, spatial_rank: int, **extra) -> dict:
+    attrs = {
+        KIND_ATTR: kind,
+        SCHEDULE_RULE_ATTR: f"tvm_pool.{kind}",
+        SPATIAL_RANK_ATTR: spatial_rank,
+    }
+    attrs.update(extra)
+    return attrs
+
+
+def is_float(dtype: str) -> bool:
+    return str(dtype).startswith(("float", "bfloat"))
+
+
+def accumulate_dtype(dtype: str) -> str:
+    """Sums of float16/bfloat16 accumulate in float32; float64 stays float64."""
+    dtype = str(dtype)
+    if dtype in ("float16", "bfloat16", "float32"):
+        return "float32"
+    if dtype == "float64":
+        return "float64"
+    if dtype.startswith(("int", "uint")):
+        return "int32" if int(dtype.lstrip("uint") or 32) < 32 else "int64"
+    raise ValueError(f"no accumulation type for {dtype}")
+
+
+def max_identity(dtype: str):
+    """The value of an empty max: -inf for floats, the smallest value for integers."""
+    if is_float(dtype):
+        return -tirx.infinity(dtype)
+    return tirx.min_value(dtype)
+
+
+def nan_max_reducer(dtype: str):
+    """max that propagates NaN (IEEE-754 ``maximum``), the choice in docs/conformance.md."""
+
+    def combine(a, b):
+        return tirx.Select(tirx.any(a > b, tirx.isnan(a)), a, b)
+
+    def identity(t):
+        return max_identity(t)
+
+    return te.comm_reducer(combine, identity, name="nan_max")
+
+
+def argmax_reducer(dtype: str, index_dtype: str):
+    """(value, index) max; NaN beats every number; ties go to the smaller index.
+
+    The index reduced is a row-major position, so "smaller index" is "first in scan order":
+    a window's taps scan in row-major order, and row-major positions increase along that scan.
+    """
+    float_type = is_float(dtype)
+
+    def combine(a, b):
+        if float_type:
+            a_nan, b_nan = tirx.isnan(a[0]), tirx.isnan(b[0])
+            a_wins = tirx.any(
+                tirx.all(a_nan, tirx.Not(b_nan)),
+                a[0] > b[0],
+                tirx.all(tirx.any(a[0] == b[0], tirx.all(a_nan, b_nan)), a[1] < b[1]),
+            )
+        else:
+            a_wins = tirx.any(a[0] > b[0], tirx.all(a[0] == b[0], a[1] < b[1]))
+        return tirx.Select(a_wins, a[0], b[0]), tirx.Select(a_wins, a[1], b[1])
+
+    def identity(t_value, t_index):
+        return max_identity(t_value), tirx.const(_SENTINEL_INDEX, t_index)
+
+    return te.comm_reducer(combine, identity, name="argmax_first")
+
+
+def all_of(conds):
+    conds = [c for c in conds if not (isinstance(c, bool) and c)]
+    if not conds:
+        return True
+    return tirx.all(*conds) if len(conds) > 1 else conds[0]

@@ -1,0 +1,343 @@
+"""Sliding-window pooling computes (N-d, channel-first): max (with indices), average, Lp.
+
+Layout: ``data`` is ``[*leading, *spatial]`` where the last ``len(kernel_shape)`` axes are
+spatial (ONNX's N, C, D1..Dn). Geometry comes from :mod:`tvm_pool.spec`; these functions only
+say what each output element is. Padding is never materialised: a tap outside the data is
+skipped by a predicate, so windows that touch padding, windows entirely inside padding and
+ceil-mode overhang all follow from one rule.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Sequence
+
+from tvm import te, tirx
+
+from .. import spec
+from .common import (
+    NO_INDEX,
+    _SENTINEL_INDEX,
+    accumulate_dtype,
+    all_of,
+    argmax_reducer,
+    block_attrs,
+    is_float,
+    max_identity,
+    nan_max_reducer,
+)
+
+
+def windows_for(
+    data: te.Tensor,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+) -> list[spec.AxisWindow]:
+    rank = len(kernel_shape)
+    spatial = list(data.shape[len(data.shape) - rank :])
+    return spec.resolve_windows(
+        spatial,
+        kernel_shape,
+        strides or [1] * rank,
+        dilations or [1] * rank,
+        pads or [0] * (2 * rank),
+        auto_pad,
+        ceil_mode,
+    )
+
+
+def _taps_always_inside(w: spec.AxisWindow) -> bool:
+    """True when no tap of any window can fall outside the data (so no predicate is needed)."""
+    if isinstance(w.kernel, tirx.Expr):
+        return True  # a global window over a symbolic axis: exactly the whole axis
+    if not spec.is_static(w.in_size, w.out_size, w.pad_begin):
+        return False
+    last_tap = (w.out_size - 1) * w.stride - w.pad_begin + (w.kernel - 1) * w.dilation
+    return w.pad_begin == 0 and last_tap < w.in_size
+
+
+def _window_access(data, windows, out_idx, rvars):
+    """The input index and in-bounds predicate of one tap."""
+    lead = len(data.shape) - len(windows)
+    idx = list(out_idx[:lead])
+    inside = []
+    for w, o, r in zip(windows, out_idx[lead:], rvars):
+        pos = w.tap(o, r)
+        idx.append(pos)
+        if not _taps_always_inside(w):
+            inside.append(tirx.all(pos >= 0, pos < w.in_size))
+    return idx, all_of(inside)
+
+
+def _out_shape(data, windows):
+    lead = len(data.shape) - len(windows)
+    return list(data.shape[:lead]) + [w.out_size for w in windows]
+
+
+def _reduce_axes(windows):
+    return [te.reduce_axis((0, w.kernel), f"r{i}") for i, w in enumerate(windows)]
+
+
+def _row_major(positions, sizes):
+    """Row-major linear index of ``positions`` in a box of ``sizes`` (int64)."""
+    flat = tirx.const(0, "int64")
+    for p, n in zip(positions, sizes):
+        flat = flat * tirx.Cast("int64", n) + tirx.Cast("int64", p)
+    return flat
+
+
+def max_pool(
+    data: te.Tensor,
+    kernel_shape: Sequence[int],
+    strides=None,
+    dilations=None,
+    pads=None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+    *,
+    return_indices: bool = False,
+    storage_order: int = 0,
+    index_scope: str = "tensor",
+    index_dtype: str = "int64",
+):
+    """Max pooling; with ``return_indices`` also the position of each maximum.
+
+    Indices: ``index_scope="tensor"`` flattens over the whole tensor (ONNX MaxPool: N*C*spatial),
+    ``"plane"`` over the spatial dims of each (n, c) plane (PyTorch, OpenVINO). ``storage_order``
+    1 numbers each plane column-major. Ties go to the first element in scan order; NaN wins over
+    numbers; a window that sees no data gives -inf (the smallest integer) and index -1.
+    """
+    windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    return max_pool_windows(
+        data, windows, return_indices=return_indices, storage_order=storage_order,
+        index_scope=index_scope, index_dtype=index_dtype,
+    )
+
+
+def max_pool_windows(
+    data: te.Tensor,
+    windows: Sequence[spec.AxisWindow],
+    *,
+    return_indices: bool = False,
+    storage_order: int = 0,
+    index_scope: str = "tensor",
+    index_dtype: str = "int64",
+):
+    """:func:`max_pool` over already resolved windows."""
+    rank = len(windows)
+    dtype = data.dtype
+    out_shape = _out_shape(data, windows)
+    lead = len(data.shape) - rank
+
+    if not return_indices:
+        reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
+
+        def value(*out_idx):
+            rvars = _reduce_axes(windows)
+            idx, inside = _window_access(data, windows, out_idx, rvars)
+            x = data[tuple(idx)]
+            if inside is not True:
+                x = tirx.if_then_else(inside, x, max_identity(dtype))
+            return reducer(x, axis=rvars)
+
+        return te.compute(out_shape, value, name="max_pool", attrs=block_attrs("max", rank))
+
+    spatial_sizes = [w.in_size for w in windows]
+    reducer = argmax_reducer(dtype, index_dtype)
+    # With row-major numbering the reduced index can be the final one (the plane offset is a
+    # constant per window); column-major needs a conversion stage afterwards.
+    fold_plane_offset = index_scope == "tensor" and storage_order == 0
+
+    def value_and_index(*out_idx):
+        rvars = _reduce_axes(windows)
+        idx, inside = _window_access(data, windows, out_idx, rvars)
+        x = data[tuple(idx)]
+        if fold_plane_offset:
+            flat = _row_major(idx, data.shape)
+        else:
+            flat = _row_major(idx[lead:], spatial_sizes)
+        flat = flat.astype(index_dtype)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, max_identity(dtype))
+            flat = tirx.if_then_else(inside, flat, tirx.const(_SENTINEL_INDEX, index_dtype))
+        return reducer((x, flat), axis=rvars)
+
+    values, raw_index = te.compute(
+        out_shape, value_and_index, name="max_pool", attrs=block_attrs("max_index", rank)
+    )
+    if fold_plane_offset and not _may_see_no_data(windows):
+        return values, raw_index
+
+    plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
+
+    def final_index(*out_idx):
+        raw = raw_index[out_idx]
+        if fold_plane_offset:
+            index = raw
+        else:
+            within = raw
+            if storage_order == 1:
+                within = _row_to_column_major(raw, spatial_sizes, index_dtype)
+            index = within
+            if index_scope == "tensor":
+                plane = _row_major(out_idx[:lead], data.shape[:lead]).astype(index_dtype)
+                index = plane * plane_size.astype(index_dtype) + within
+        return tirx.Select(
+            raw == tirx.const(_SENTINEL_INDEX, index_dtype), tirx.const(NO_INDEX, index_dtype), index
+        )
+
+    indices = te.compute(
+        out_shape, final_index, name="max_pool_index", attrs=block_attrs("max_index_finalize", rank)
+    )
+    return values, indices
+
+
+def _may_see_no_data(windows) -> bool:
+    """Can some window lie entirely in padding/overhang? (Then its index must become -1.)"""
+    for w in windows:
+        if _taps_always_inside(w):
+            continue
+        if not spec.is_static(w.in_size, w.out_size, w.pad_begin):
+            return True
+        ek = spec.effective_kernel(w.kernel, w.dilation)
+        if w.pad_begin >= ek or (w.out_size - 1) * w.stride - w.pad_begin >= w.in_size:
+            return True
+        # dilated windows can also straddle the data without a tap landing in it
+        if w.dilation > 1:
+            for o in range(w.out_size):
+                if not any(0 <= w.tap(o, r) < w.in_size for r in range(w.kernel)):
+                    return True
+    return False
+
+
+def _row_to_column_major(raw, sizes, index_dtype):
+    """Renumber a row-major position within a box of ``sizes`` column-major."""
+    coords = []
+    rest = raw
+    for n in reversed(sizes):
+        n = tirx.Cast(index_dtype, n)
+        coords.append(tirx.floormod(rest, n))
+        rest = tirx.floordiv(rest, n)
+    coords.reverse()  # coords[i] is the position along axis i
+    flat = tirx.const(0, index_dtype)
+    for p, n in zip(reversed(coords), reversed(sizes)):
+        flat = flat * tirx.Cast(index_dtype, n) + p
+    return flat
+
+
+def avg_pool(
+    data: te.Tensor,
+    kernel_shape: Sequence[int],
+    strides=None,
+    dilations=None,
+    pads=None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+    *,
+    count_include_pad: bool = False,
+):
+    """Average pooling.
+
+    The divisor counts the taps that land in the data, plus (with ``count_include_pad``) those
+    in the explicit or SAME padding, never those in the ceil-mode overhang past the padding.
+    float16/bfloat16 accumulate in float32. A window that sees no data and counts no padding
+    divides 0 by 0 (NaN), which is what the specification's formula gives.
+    """
+    windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    return _windowed_sum_then(
+        data, windows, "avg", lambda total, count: total / count, count_include_pad
+    )
+
+
+def lp_pool(
+    data: te.Tensor,
+    kernel_shape: Sequence[int],
+    strides=None,
+    dilations=None,
+    pads=None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+    *,
+    p: float = 2.0,
+):
+    """Lp pooling: (sum over the window of |x|^p)^(1/p); padding contributes 0."""
+    windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    return _lp(data, windows, p)
+
+
+def _lp(data, windows, p):
+    p = float(p)
+    if p <= 0:
+        raise ValueError(f"Lp pooling needs p > 0, got {p}")
+    acc = accumulate_dtype(data.dtype)
+
+    def power(x):
+        x = tirx.abs(x.astype(acc))
+        if p == 1.0:
+            return x
+        if p == 2.0:
+            return x * x
+        return tirx.power(x, tirx.const(p, acc))
+
+    def root(total, _count):
+        if p == 1.0:
+            return total
+        if p == 2.0:
+            return tirx.sqrt(total)
+        return tirx.power(total, tirx.const(1.0 / p, acc))
+
+    return _windowed_sum_then(data, windows, "lp", root, False, map_input=power)
+
+
+def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input=None):
+    """A windowed sum in the accumulation type, then ``finish(sum, count)`` per output."""
+    rank = len(windows)
+    acc = accumulate_dtype(data.dtype)
+    out_shape = _out_shape(data, windows)
+    lead = len(data.shape) - rank
+
+    def window_sum(*out_idx):
+        rvars = _reduce_axes(windows)
+        idx, inside = _window_access(data, windows, out_idx, rvars)
+        x = data[tuple(idx)].astype(acc)
+        if map_input is not None:
+            x = map_input(x)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, tirx.const(0, acc))
+        return te.sum(x, axis=rvars)
+
+    total = te.compute(out_shape, window_sum, name=f"{kind}_pool_sum", attrs=block_attrs(f"{kind}_sum", rank))
+
+    def divisor(out_spatial):
+        count = None
+        for w, o in zip(windows, out_spatial):
+            if count_include_pad:
+                n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
+            else:
+                n = spec.window_tap_count(w, o, 0, w.in_size) if not _taps_always_inside(w) else w.kernel
+            count = n if count is None else count * n
+        return count
+
+    def finalize(*out_idx):
+        count = divisor(out_idx[lead:])
+        count = tirx.Cast(acc, count) if isinstance(count, tirx.Expr) else tirx.const(count, acc)
+        return finish(total[out_idx], count).astype(data.dtype)
+
+    return te.compute(out_shape, finalize, name=f"{kind}_pool", attrs=block_attrs(f"{kind}_finalize", rank))
+
+
+def global_pool(data: te.Tensor, kind: str, spatial_rank: int | None = None, p: float = 2.0):
+    """GlobalMaxPool / GlobalAveragePool / GlobalLpPool: one window over all spatial axes."""
+    spatial_rank = spatial_rank or len(data.shape) - 2
+    windows = spec.global_windows(data.shape[len(data.shape) - spatial_rank :])
+    if kind == "max":
+        return max_pool_windows(data, windows)
+    if kind == "avg":
+        return _windowed_sum_then(data, windows, "avg", lambda total, count: total / count, False)
+    if kind == "lp":
+        return _lp(data, windows, p)
+    raise ValueError(f"unknown global pool kind {kind!r}")

@@ -1,0 +1,46 @@
+"""Errors that tvm_pool raises for invalid models and invalid operator arguments.
+
+Every error names where it happened (node, operator, opset) and what is allowed, so a user
+sees one clear line instead of a crash deep inside TVM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TvmPoolError(Exception):
+    """Base class of every error tvm_pool raises on purpose."""
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """Where an operator sits: enough to name it in an error message."""
+
+    op_type: str
+    node: str = ""
+    opset: int | None = None
+    domain: str = ""
+
+    def describe(self) -> str:
+        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        where = f"{op}-{self.opset}" if self.opset is not None else op
+        return f"node '{self.node}' ({where})" if self.node else where
+
+
+class InvalidModelError(TvmPoolError):
+    """The model or operator is outside what its specification allows."""
+
+    def __init__(self, ctx: OpContext, message: str, attribute: str | None = None):
+        self.ctx = ctx
+        self.attribute = attribute
+        attr = f", attribute '{attribute}'" if attribute else ""
+        super().__init__(f"{ctx.describe()}{attr}: {message}")
+
+
+class UnsupportedError(TvmPoolError):
+    """Valid by the specification, but not something tvm_pool can compile (said plainly)."""
+
+    def __init__(self, ctx: OpContext, message: str):
+        self.ctx = ctx
+        super().__init__(f"{ctx.describe()}: {message}")
