@@ -1,0 +1,133 @@
+"""tvm_pool's lowering: Relax pooling ops -> tvm_pool computes -> per-target schedules -> build.
+
+``compile`` is a drop-in for ``tvm.compile`` on Relax modules. Modules from any road (tvm_pool's
+ONNX frontend, TVM's PyTorch frontend, hand-built Relax using ``relax.op.nn.max_pool2d`` and
+friends) get the same treatment: TVM's own pooling ops are legalized to tvm_pool's computes,
+then every PrimFunc that carries a tvm_pool block (fused or not) gets the target's schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import relax
+from tvm.ir import Op
+
+from . import compute
+from .targets import resolve_target
+
+logger = logging.getLogger(__name__)
+
+_CHANNEL_FIRST = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def _tvm_legalize(call):
+    return Op.get(call.op.name).get_attr("FLegalize")
+
+
+def _pool_legalizer(kind: str, rank: int):
+    """Legalize relax.nn.{max,avg}_pool{rank}d with tvm_pool's compute (channel-first only)."""
+
+    def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        attrs = call.attrs
+        if attrs.layout != _CHANNEL_FIRST[rank] or attrs.out_layout != attrs.layout:
+            # Channel-last layouts keep TVM's own legalization.
+            return _tvm_legalize(call)(bb, call)
+        args = dict(
+            kernel_shape=[int(k) for k in attrs.pool_size],
+            strides=[int(s) for s in attrs.strides],
+            dilations=[int(d) for d in attrs.dilation],
+            pads=[int(p) for p in attrs.padding],
+            ceil_mode=bool(attrs.ceil_mode),
+        )
+        if kind == "max":
+            fn, extra = compute.max_pool, {}
+        else:
+            fn, extra = compute.avg_pool, {"count_include_pad": bool(attrs.count_include_pad)}
+        return bb.call_te(fn, call.args[0], **args, **extra, primfunc_name_hint=f"tvm_pool_{kind}_pool{rank}d")
+
+    return legalize
+
+
+def legalize_map() -> dict:
+    """customize_legalize_map entries for TVM's own Relax pooling ops."""
+    table = {}
+    for rank in (1, 2, 3):
+        table[f"relax.nn.max_pool{rank}d"] = _pool_legalizer("max", rank)
+        table[f"relax.nn.avg_pool{rank}d"] = _pool_legalizer("avg", rank)
+    table.update(_extra_legalizers())
+    return table
+
+
+def _extra_legalizers() -> dict:
+    """Legalizers contributed by other tvm_pool modules (adaptive pools, ...)."""
+    try:
+        from .adaptive_legalize import legalize_entries  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return {}
+    return legalize_entries()
+
+
+def schedule_passes(target: tvm.target.Target) -> list:
+    """Passes that attach tvm_pool's schedules (and shipped tuning records) for ``target``."""
+    from .schedules import schedule_pass  # pylint: disable=import-outside-toplevel
+
+    return [schedule_pass(target)]
+
+
+def _backend(target: tvm.target.Target):
+    """TVM's per-backend pass lists (the module, since the CPU package does not re-export all)."""
+    # pylint: disable=import-outside-toplevel
+    if target.kind.name == "llvm":
+        from tvm.relax.backend.cpu_generic import pipeline as backend
+    elif target.kind.name == "cuda":
+        from tvm.relax.backend.cuda import pipeline as backend
+    else:
+        from tvm.relax.backend.gpu_generic import pipeline as backend
+    return backend
+
+
+def _is_default_schedule(p) -> bool:
+    return p.info.name == "ApplyDefaultSchedule"
+
+
+def pipeline(target: tvm.target.Target, *, schedule: bool = True) -> tvm.transform.Pass:
+    """The Relax pipeline ``compile`` runs: TVM's own passes for the target, with tvm_pool's
+    legalization first and tvm_pool's schedules right after fusion (ahead of TVM's generic
+    dlight schedules, which then skip the PrimFuncs already scheduled)."""
+    backend = _backend(target)
+    legalize = list(backend.legalize_passes(target))
+    first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
+    passes = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map())]
+    passes += backend.library_dispatch_passes(target)
+    passes += legalize[:first_default]
+    if schedule:
+        passes += schedule_passes(target)
+    passes += legalize[first_default:]
+    passes += backend.dataflow_lower_passes(target)
+    passes += backend.finalize_passes(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.pipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(passes)(mod)
+
+    return _pipeline
+
+
+def compile(  # pylint: disable=redefined-builtin
+    mod: tvm.IRModule,
+    target="llvm",
+    *,
+    schedule: bool = True,
+    tir_pipeline="default",
+) -> tvm.runtime.Executable:
+    """Compile a Relax module with tvm_pool's lowering; returns what ``tvm.compile`` returns.
+
+    ``target``: a ``tvm.target.Target``, a dict, or one of "host", "llvm", "x86", "arm", "cuda".
+    ``schedule=False`` builds the unscheduled computes (the reference the schedules are tested
+    against).
+    """
+    target = resolve_target(target)
+    return tvm.compile(mod, target=target, relax_pipeline=pipeline(target, schedule=schedule), tir_pipeline=tir_pipeline)

@@ -1,0 +1,1 @@
+"""tvm_pool's ONNX frontend: TVM's Relax importer with tvm_pool's pooling converters."""
