@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+import tvm
 from tvm import relax
 
 from ..errors import InvalidModelError, OpContext, UnsupportedError
@@ -155,8 +156,8 @@ def check_outputs(ctx: OpContext, attr: dict, max_outputs: int):
 
 def static_int_values(ctx: OpContext, expr: Any, what: str) -> list[int] | None:
     """The values of a constant 1-D integer tensor input, or None when it is only known at run time."""
-    if isinstance(expr, relax.Constant):
-        return [int(v) for v in expr.data.numpy().reshape(-1)]
+    if isinstance(expr, tvm.ir.expr.Constant):
+        return [int(v) for v in expr.value.numpy().reshape(-1)]
     if expr is None:
         return None
     if not isinstance(expr.ty, relax.TensorType) or str(expr.ty.dtype) not in ("int32", "int64"):

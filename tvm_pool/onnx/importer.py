@@ -1,0 +1,140 @@
+"""``tvm_pool.from_onnx``: TVM's Relax ONNX importer with tvm_pool's pooling converters.
+
+TVM's importer has no hook for replacing converters, and patching its module-level table would
+change every other user of ``tvm.relax.frontend.onnx``. Instead a subclass of its
+``ONNXGraphImporter`` routes the pooling family (and nodes of the custom domain ``tvm_pool``) to
+tvm_pool's versioned converters and hands every other node to TVM's own converter, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import onnx
+import tvm
+from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
+
+from ..errors import InvalidModelError, OpContext, UnsupportedError
+from . import average_pool, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401  (register)
+from .base import converter_for
+
+try:  # the custom-domain operators (AdaptiveMaxPool, TensorRTPooling, ...)
+    from . import custom_ops  # noqa: F401
+except ImportError:  # pragma: no cover - only while that module is being written
+    pass
+
+# Custom-domain nodes are renamed "<domain>::<op_type>" for the duration of the import, because
+# the base importer passes only the op_type (not the domain) to ``_convert_operator``.
+_DOMAIN_SEP = "::"
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+class PoolingGraphImporter(tvm_onnx.ONNXGraphImporter):
+    """ONNXGraphImporter whose pooling converters are tvm_pool's."""
+
+    def __init__(self, *args, domain_opsets: dict[str, int] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._domain_opsets = domain_opsets or {}
+
+    def _lookup(self, op_name: str):
+        domain, _, op_type = op_name.rpartition(_DOMAIN_SEP)
+        return converter_for(domain, op_type), domain, op_type
+
+    def _check_for_unsupported_ops(self, graph):
+        tvm_map = tvm_onnx._get_convert_map()  # pylint: disable=protected-access
+        unsupported = sorted(
+            {
+                node.op_type
+                for node in graph.node
+                if self._lookup(node.op_type)[0] is None
+                and node.op_type not in tvm_map
+                and node.op_type not in ("If", "Constant")
+            }
+        )
+        if unsupported:
+            raise UnsupportedError(
+                OpContext("model"), f"operators not supported by TVM's ONNX frontend: {', '.join(unsupported)}"
+            )
+
+    def _convert_operator(self, op_name, inputs, attrs, opset):
+        converter, domain, op_type = self._lookup(op_name)
+        if converter is None:
+            return super()._convert_operator(op_name, inputs, attrs, opset)
+        if domain:
+            opset = self._domain_opsets.get(domain)
+            if opset is None:
+                raise InvalidModelError(
+                    OpContext(op_type, attrs.get("tvm_custom", {}).get("name", ""), domain=domain),
+                    f"the model does not import opset domain '{domain}' (add it to opset_import)",
+                )
+        convert = converter.get_converter(opset)
+        sym = convert(self.bb, inputs, attrs, [self._nodes, self._params])
+        if isinstance(sym, tvm.relax.Expr):
+            sym = self.bb.normalize(sym)
+        return sym
+
+
+@contextlib.contextmanager
+def _qualified_nodes(graph: onnx.GraphProto):
+    """Name every node (for error messages) and qualify custom-domain op types, then restore."""
+    saved = []
+    for index, node in enumerate(graph.node):
+        saved.append((node, node.op_type, node.name))
+        if not node.name:
+            node.name = f"{node.op_type}_{index}"
+        if node.domain not in _ONNX_DOMAINS and converter_for(node.domain, node.op_type) is not None:
+            node.op_type = f"{node.domain}{_DOMAIN_SEP}{node.op_type}"
+    try:
+        yield graph
+    finally:
+        for node, op_type, name in saved:
+            node.op_type, node.name = op_type, name
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    opsets = {}
+    for entry in model.opset_import:
+        domain = "" if entry.domain in _ONNX_DOMAINS else entry.domain
+        opsets[domain] = int(entry.version)
+    return opsets
+
+
+def from_onnx(
+    model: onnx.ModelProto,
+    shape_dict: dict[str, list] | None = None,
+    dtype_dict: str | dict[str, str] | None = "float32",
+    opset: int | None = None,
+    keep_params_in_input: bool = False,
+    sanitize_input_names: bool = True,
+) -> tvm.IRModule:
+    """Convert an ONNX model to a Relax IRModule, exactly as
+    ``tvm.relax.frontend.onnx.from_onnx`` does (same arguments, same result type), except that
+    pooling operators (MaxPool, AveragePool, LpPool, the global pools, MaxUnpool, and the custom
+    domain ``tvm_pool``) go through tvm_pool's converters for the model's opset."""
+    if not isinstance(model, onnx.ModelProto):
+        raise TypeError(f"from_onnx expects an onnx.ModelProto, got {type(model).__name__}")
+    if model.ir_version < 3:
+        raise ValueError(f"Model IR version {model.ir_version} not supported. Must be at least after 1.1.0.")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exception:  # pylint: disable=broad-except
+        # Like TVM's importer: the checker is strict about things that convert fine.
+        warnings.warn(str(exception))
+
+    opsets = _opsets(model)
+    model_opset = opsets.get("", 1)
+    if opset is None:
+        opset = model_opset
+    elif opset < model_opset:
+        warnings.warn(f"You are overwriting the model's opset {model_opset} by a lower one ({opset}).")
+
+    importer = PoolingGraphImporter(
+        shape_dict,
+        dtype_dict,
+        keep_params_in_input=keep_params_in_input,
+        sanitize=sanitize_input_names,
+        domain_opsets=opsets,
+    )
+    with _qualified_nodes(model.graph) as graph:
+        return importer.from_onnx(graph, opset)
