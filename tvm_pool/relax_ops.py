@@ -115,3 +115,108 @@ def global_pool(bb: relax.BlockBuilder, data: relax.Expr, kind: str, p: float = 
     return bb.emit_te(
         compute.global_pool, data, kind, p=float(p), primfunc_name_hint=f"tvm_pool_global_{kind}_pool"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Adaptive pooling (OpenVINO AdaptiveMaxPool-8 / AdaptiveAvgPool-8) and TensorRT IPoolingLayer.
+# --------------------------------------------------------------------------------------------
+
+_INDEX_ELEMENT_TYPES = {"i32": "int32", "i64": "int64"}
+
+
+def adaptive_output_size(bb: relax.BlockBuilder, data: relax.Expr, output_size) -> list:
+    """The spatial output size as ints, or as fresh symbolic dims bound from a runtime tensor.
+
+    ``output_size``: a list of ints, a Relax constant, or a 1-D int32/int64 Relax tensor of
+    statically known length (its values may be known only at run time: one compiled module then
+    serves every output size).
+    """
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import tirx  # pylint: disable=import-outside-toplevel
+
+    ndim = data.ty.ndim
+    if isinstance(output_size, tvm.ir.expr.Constant):
+        output_size = [int(v) for v in output_size.data.numpy().reshape(-1)]
+    if not isinstance(output_size, relax.Expr):
+        values = [int(v) for v in output_size]
+        if len(values) != ndim - 2:
+            raise ValueError(f"output_size has {len(values)} values; an input of rank {ndim} needs {ndim - 2}")
+        if any(v < 1 for v in values):
+            raise ValueError(f"output_size values must be >= 1, got {values}")
+        return values
+    ty = output_size.ty
+    if not isinstance(ty, relax.TensorType) or str(ty.dtype) not in ("int32", "int64") or ty.ndim != 1:
+        raise ValueError("output_size must be a 1-D int32 or int64 tensor")
+    length = ty.shape.values[0] if ty.shape is not None else None
+    if length is None or not isinstance(length, tirx.IntImm):
+        raise ValueError("output_size must have a statically known length")
+    if int(length) != ndim - 2:
+        raise ValueError(f"output_size has {int(length)} values; an input of rank {ndim} needs {ndim - 2}")
+    if str(ty.dtype) != "int64":
+        output_size = bb.emit(relax.op.astype(output_size, "int64"))
+    shape = bb.emit(relax.op.tensor_to_shape(output_size))
+    dims = [tirx.Var(f"adaptive_out{i}", "int64") for i in range(int(length))]
+    bb.match_cast(shape, relax.ShapeType(dims))
+    return dims
+
+
+def adaptive_max_pool(
+    bb: relax.BlockBuilder,
+    data: relax.Expr,
+    output_size,
+    index_element_type: str = "i64",
+    *,
+    return_indices: bool = True,
+) -> relax.Var:
+    """OpenVINO AdaptiveMaxPool-8 on an [N, C, *spatial] tensor (1-3 spatial dims).
+
+    Returns a tuple variable (values, indices); indices number each (n, c) plane's spatial
+    positions row-major, as ``index_element_type`` "i32" or "i64". ``output_size``: see
+    :func:`adaptive_output_size`.
+    """
+    if index_element_type not in _INDEX_ELEMENT_TYPES:
+        raise ValueError(f"index_element_type must be 'i32' or 'i64', got {index_element_type!r}")
+    dims = adaptive_output_size(bb, data, output_size)
+    return bb.emit_te(
+        compute.adaptive_max_pool,
+        data,
+        dims,
+        return_indices=return_indices,
+        index_dtype=_INDEX_ELEMENT_TYPES[index_element_type],
+        primfunc_name_hint="tvm_pool_adaptive_max_pool",
+    )
+
+
+def adaptive_avg_pool(bb: relax.BlockBuilder, data: relax.Expr, output_size) -> relax.Var:
+    """OpenVINO AdaptiveAvgPool-8 / torch adaptive_avg_poolNd on [N, C, *spatial]."""
+    dims = adaptive_output_size(bb, data, output_size)
+    return bb.emit_te(compute.adaptive_avg_pool, data, dims, primfunc_name_hint="tvm_pool_adaptive_avg_pool")
+
+
+def tensorrt_pool(
+    bb: relax.BlockBuilder,
+    data: relax.Expr,
+    pooling_type: str,
+    window_size: Sequence[int],
+    stride: Sequence[int] | None = None,
+    pre_padding: Sequence[int] | None = None,
+    post_padding: Sequence[int] | None = None,
+    padding_mode: str = "EXPLICIT_ROUND_DOWN",
+    blend_factor: float = 0.0,
+    average_count_excludes_padding: bool = True,
+) -> relax.Var:
+    """TensorRT IPoolingLayer: pooling_type "MAX" | "AVERAGE" | "MAX_AVERAGE_BLEND" over the last
+    2 or 3 axes; padding_mode one of ``tvm_pool.spec.TRT_PADDING_MODES``."""
+    return bb.emit_te(
+        compute.tensorrt_pool,
+        data,
+        pooling_type,
+        [int(k) for k in window_size],
+        None if stride is None else [int(s) for s in stride],
+        None if pre_padding is None else [int(p) for p in pre_padding],
+        None if post_padding is None else [int(p) for p in post_padding],
+        padding_mode,
+        float(blend_factor),
+        bool(average_count_excludes_padding),
+        primfunc_name_hint="tvm_pool_tensorrt_pool",
+    )

@@ -243,3 +243,87 @@ def adaptive_max_bin_size(in_size: int, out_size: int) -> int:
 def adaptive_bin_bound(in_size: Dim, out_size: Dim) -> Dim:
     """An upper bound on every bin width that holds for runtime sizes: ceil(In/Out) + 1."""
     return ceildiv(in_size, out_size) + 1
+
+
+# --------------------------------------------------------------------------------------------
+# TensorRT IPoolingLayer: padding modes and output sizes (docs/tensorrt_and_openvino.md).
+# --------------------------------------------------------------------------------------------
+
+TRT_PADDING_MODES = (
+    "EXPLICIT_ROUND_DOWN",
+    "EXPLICIT_ROUND_UP",
+    "SAME_UPPER",
+    "SAME_LOWER",
+    "CAFFE_ROUND_DOWN",
+    "CAFFE_ROUND_UP",
+)
+
+
+def trt_output_size(in_size: Dim, window: int, stride: int, pre: Dim, post: Dim, mode: str) -> Dim:
+    """Output size of one axis of a TensorRT pooling layer (I = in, F = window, S = stride,
+    B = pre, A = post; M = I + B + A), from the PaddingMode text of TensorRT 8's NvInfer.h:
+
+    - EXPLICIT_ROUND_DOWN: O = floor((M - F) / S) + 1
+    - EXPLICIT_ROUND_UP:   O = ceil((M - F) / S) + 1   (no "last window starts inside" clip)
+    - SAME_UPPER / SAME_LOWER: O = ceil(I / S)
+    - CAFFE_ROUND_DOWN / CAFFE_ROUND_UP: padding is symmetric, B on both sides (post_padding is
+      ignored: "uses prePadding value"); E = floor / ceil((I + 2B - F) / S) + 1, then
+      O = E - ((E - 1) * S >= I + B): Caffe's pooling_layer.cpp rule that the last window starts
+      inside the image. Caffe applies it only when pad != 0; TensorRT writes it unconditionally,
+      and so do we (the two differ only for B = 0 with S > F).
+    """
+    in_size, pre, post = as_dim(in_size), as_dim(pre), as_dim(post)
+    if mode == "EXPLICIT_ROUND_DOWN":
+        return floordiv(in_size + pre + post - window, stride) + 1
+    if mode == "EXPLICIT_ROUND_UP":
+        return ceildiv(in_size + pre + post - window, stride) + 1
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        return same_output_size(in_size, stride)
+    if mode in ("CAFFE_ROUND_DOWN", "CAFFE_ROUND_UP"):
+        span = in_size + 2 * pre - window
+        est = (floordiv if mode == "CAFFE_ROUND_DOWN" else ceildiv)(span, stride) + 1
+        if is_static(est, in_size, pre):
+            return est - 1 if (est - 1) * stride >= in_size + pre else est
+        starts_outside = (_i64(as_dim(est)) - 1) * stride >= _i64(in_size) + _i64(pre)
+        return _i64(as_dim(est)) - tirx.Select(starts_outside, tirx.const(1, "int64"), tirx.const(0, "int64"))
+    raise ValueError(f"padding_mode must be one of {TRT_PADDING_MODES}, got {mode!r}")
+
+
+def trt_padding(in_size: Dim, window: int, stride: int, pre: Dim, post: Dim, mode: str) -> tuple[Dim, Dim]:
+    """(pad_begin, pad_end) a TensorRT padding mode resolves to.
+
+    SAME_*: P = floor((I - 1) / S) * S + F - I, which is :func:`same_padding`'s total
+    ((ceil(I / S) - 1) * S + F - I); like ONNX runtimes and TensorFlow we clamp P at 0 where the
+    formula goes negative (F < S): TensorRT's text does not say what negative padding would do.
+    SAME_UPPER puts floor(P / 2) before, SAME_LOWER after. CAFFE_*: (pre, pre).
+    """
+    if mode in ("EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP"):
+        return as_dim(pre), as_dim(post)
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        return same_padding(in_size, window, stride, 1, mode)
+    if mode in ("CAFFE_ROUND_DOWN", "CAFFE_ROUND_UP"):
+        return as_dim(pre), as_dim(pre)
+    raise ValueError(f"padding_mode must be one of {TRT_PADDING_MODES}, got {mode!r}")
+
+
+def trt_windows(
+    spatial_shape: Sequence[Dim],
+    window_size: Sequence[int],
+    stride: Sequence[int],
+    pre_padding: Sequence[int],
+    post_padding: Sequence[int],
+    padding_mode: str,
+) -> list[AxisWindow]:
+    """Resolve every spatial axis of a TensorRT pooling layer into :class:`AxisWindow` s.
+
+    Window ``o`` reads ``[o * S - pad_begin, o * S - pad_begin + F)``; taps outside ``[0, I)``
+    are padding (or, in EXPLICIT_ROUND_UP, overhang past the post padding).
+    """
+    windows = []
+    for i, n in enumerate(spatial_shape):
+        n = as_dim(n)
+        f, s = int(window_size[i]), int(stride[i])
+        pb, pe = trt_padding(n, f, s, pre_padding[i], post_padding[i], padding_mode)
+        out = trt_output_size(n, f, s, pre_padding[i], post_padding[i], padding_mode)
+        windows.append(AxisWindow(n, f, s, 1, pb, pe, out))
+    return windows

@@ -45,16 +45,26 @@ def accumulate_dtype(dtype: str) -> str:
 
 def max_identity(dtype: str):
     """The value of an empty max: -inf for floats, the smallest value for integers."""
+    if str(dtype) == "bfloat16":  # TVM has no bfloat16 infinity constant; the cast is exact
+        return tirx.Cast("bfloat16", -tirx.infinity("float32"))
     if is_float(dtype):
         return -tirx.infinity(dtype)
     return tirx.min_value(dtype)
+
+
+def is_nan(x):
+    """NaN test for every float type. TVM's isnan has no bfloat16 lowering, so bfloat16 is
+    widened first (exact); ``x != x`` would not do, TVM's simplifier folds it to false."""
+    if str(x.ty) == "bfloat16":
+        return tirx.isnan(x.astype("float32"))
+    return tirx.isnan(x)
 
 
 def nan_max_reducer(dtype: str):
     """max that propagates NaN (IEEE-754 ``maximum``), the choice in docs/conformance.md."""
 
     def combine(a, b):
-        return tirx.Select(tirx.any(a > b, tirx.isnan(a)), a, b)
+        return tirx.Select(tirx.any(a > b, is_nan(a)), a, b)
 
     def identity(t):
         return max_identity(t)
@@ -72,7 +82,7 @@ def argmax_reducer(dtype: str, index_dtype: str):
 
     def combine(a, b):
         if float_type:
-            a_nan, b_nan = tirx.isnan(a[0]), tirx.isnan(b[0])
+            a_nan, b_nan = is_nan(a[0]), is_nan(b[0])
             a_wins = tirx.any(
                 tirx.all(a_nan, tirx.Not(b_nan)),
                 a[0] > b[0],

@@ -1,0 +1,178 @@
+"""Adaptive pooling computes (OpenVINO AdaptiveMaxPool-8 / AdaptiveAvgPool-8, PyTorch
+adaptive_{max,avg}_pool{1,2,3}d), N-d channel-first.
+
+Bin ``i`` of ``Out`` bins over an axis of ``In`` covers ``[floor(i*In/Out), ceil((i+1)*In/Out))``
+(:func:`tvm_pool.spec.adaptive_bin`). The output size may be static ints or symbolic
+``tirx.Var`` s (a runtime ``output_size`` tensor): the reduction then runs over a bound on every
+bin width (:func:`tvm_pool.spec.adaptive_bin_bound`, ``ceil(In/Out) + 1``) with a predicate
+``start + r < end``; for static sizes it runs over the exact widest bin, and the predicate is
+dropped where every bin has that width (``In % Out == 0``).
+
+Block kinds (``tvm_pool.kind``, see :func:`tvm_pool.compute.common.block_attrs`):
+
+- ``adaptive_max``: max over each bin (no indices). NaN propagates.
+- ``adaptive_max_index``: (max, index) over each bin; the index is the row-major position in the
+  spatial dims of the (n, c) plane, ``[0, D*H*W)``; ties go to the first occurrence.
+- ``adaptive_max_index_finalize``: int64 -> int32 index cast (``index_dtype="int32"`` only; the
+  reduction always runs on int64 indices).
+- ``adaptive_avg_sum``: the bin sum in the accumulation type (float32 for float16).
+- ``adaptive_avg_finalize``: sum / bin size, cast to the input dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tvm import te, tirx
+
+from .. import spec
+from .common import accumulate_dtype, all_of, argmax_reducer, block_attrs, is_float, max_identity, nan_max_reducer
+from .pool import _row_major
+
+
+class _AdaptiveAxis:
+    """One spatial axis: ``In`` over ``Out`` bins and the reduction bound."""
+
+    def __init__(self, in_size, out_size):
+        self.in_size = spec.as_dim(in_size)
+        self.out_size = spec.as_dim(out_size)
+        if spec.is_static(self.in_size, self.out_size):
+            if self.out_size < 1:
+                raise ValueError(f"adaptive pooling output size must be >= 1, got {self.out_size}")
+            self.bound = spec.adaptive_max_bin_size(self.in_size, self.out_size)
+            self.uniform = self.in_size % self.out_size == 0
+        else:
+            self.bound = spec.adaptive_bin_bound(self.in_size, self.out_size)
+            self.uniform = False
+
+    def bin(self, o):
+        return spec.adaptive_bin(o, self.in_size, self.out_size)
+
+
+def _axes(data: te.Tensor, output_size: Sequence) -> list[_AdaptiveAxis]:
+    rank = len(output_size)
+    if rank < 1 or rank > len(data.shape) - 1:
+        raise ValueError(f"output_size has {rank} values for an input of rank {len(data.shape)}")
+    spatial = data.shape[len(data.shape) - rank :]
+    return [_AdaptiveAxis(n, o) for n, o in zip(spatial, output_size)]
+
+
+def _out_shape(data, axes):
+    lead = len(data.shape) - len(axes)
+    return list(data.shape[:lead]) + [a.out_size for a in axes]
+
+
+def _bin_access(data, axes, out_idx):
+    """Reduction axes, input index, spatial positions and in-bin predicate of one output."""
+    lead = len(data.shape) - len(axes)
+    rvars = [te.reduce_axis((0, a.bound), f"r{i}") for i, a in enumerate(axes)]
+    idx = list(out_idx[:lead])
+    spatial, inside = [], []
+    for a, o, r in zip(axes, out_idx[lead:], rvars):
+        start, end = a.bin(o)
+        pos = start + r
+        spatial.append(pos)
+        if not a.uniform:
+            inside.append(pos < end)
+    return rvars, idx + spatial, spatial, all_of(inside)
+
+
+def adaptive_max_pool(
+    data: te.Tensor,
+    output_size: Sequence,
+    *,
+    return_indices: bool = True,
+    index_dtype: str = "int64",
+):
+    """Adaptive max pooling over the last ``len(output_size)`` axes.
+
+    Returns the values, or ``(values, indices)`` with ``return_indices``; indices number the
+    spatial positions of each (n, c) plane row-major (OpenVINO's and PyTorch's convention).
+    """
+    if index_dtype not in ("int32", "int64"):
+        raise ValueError(f"index_dtype must be int32 or int64, got {index_dtype!r}")
+    axes = _axes(data, output_size)
+    rank = len(axes)
+    dtype = data.dtype
+    out_shape = _out_shape(data, axes)
+
+    if not return_indices:
+        reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
+
+        def value(*out_idx):
+            rvars, idx, _, inside = _bin_access(data, axes, out_idx)
+            x = data[tuple(idx)]
+            if inside is not True:
+                x = tirx.if_then_else(inside, x, max_identity(dtype))
+            return reducer(x, axis=rvars)
+
+        return te.compute(out_shape, value, name="adaptive_max_pool", attrs=block_attrs("adaptive_max", rank))
+
+    reducer = argmax_reducer(dtype, "int64")
+    sizes = [a.in_size for a in axes]
+
+    def value_and_index(*out_idx):
+        rvars, idx, spatial, inside = _bin_access(data, axes, out_idx)
+        x = data[tuple(idx)]
+        flat = _row_major(spatial, sizes)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, max_identity(dtype))
+            # Bins are never empty, so a masked tap never ends up as the result; its index only
+            # has to lose ties against real taps, which any index past the bin does.
+            flat = tirx.if_then_else(inside, flat, tirx.const(2**62, "int64"))
+        return reducer((x, flat), axis=rvars)
+
+    values, index = te.compute(
+        out_shape, value_and_index, name="adaptive_max_pool", attrs=block_attrs("adaptive_max_index", rank)
+    )
+    if index_dtype == "int64":
+        return values, index
+    index32 = te.compute(
+        out_shape,
+        lambda *i: index[i].astype("int32"),
+        name="adaptive_max_pool_index",
+        attrs=block_attrs("adaptive_max_index_finalize", rank),
+    )
+    return values, index32
+
+
+def adaptive_avg_pool(data: te.Tensor, output_size: Sequence):
+    """Adaptive average pooling over the last ``len(output_size)`` axes (float16 sums in float32)."""
+    axes = _axes(data, output_size)
+    rank = len(axes)
+    acc = accumulate_dtype(data.dtype)
+    out_shape = _out_shape(data, axes)
+    lead = len(data.shape) - rank
+
+    def bin_sum(*out_idx):
+        rvars, idx, _, inside = _bin_access(data, axes, out_idx)
+        x = data[tuple(idx)].astype(acc)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, tirx.const(0, acc))
+        return te.sum(x, axis=rvars)
+
+    total = te.compute(out_shape, bin_sum, name="adaptive_avg_pool_sum", attrs=block_attrs("adaptive_avg_sum", rank))
+
+    def finalize(*out_idx):
+        count = None
+        for a, o in zip(axes, out_idx[lead:]):
+            start, end = a.bin(o)
+            n = end - start
+            count = n if count is None else count * n
+        if isinstance(count, int):
+            count = tirx.const(count, acc)
+        else:
+            count = count.astype(acc)
+        if not is_float(data.dtype):
+            # integer inputs: round half away from zero (see docs/tensorrt_and_openvino.md)
+            return int_round_div(total[out_idx], count, acc).astype(data.dtype)
+        return (total[out_idx] / count).astype(data.dtype)
+
+    return te.compute(out_shape, finalize, name="adaptive_avg_pool", attrs=block_attrs("adaptive_avg_finalize", rank))
+
+
+def int_round_div(total, count, acc: str):
+    """total / count rounded half away from zero, for integer ``total`` and ``count > 0``."""
+    zero = tirx.const(0, acc)
+    mag = tirx.floordiv(tirx.abs(total) * 2 + count, count * 2)
+    return tirx.Select(total < zero, -mag, mag)

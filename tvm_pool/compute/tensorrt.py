@@ -1,0 +1,187 @@
+"""TensorRT IPoolingLayer compute: MAX, AVERAGE and MAX_AVERAGE_BLEND over 2-D or 3-D windows.
+
+Geometry (padding modes, output sizes) is :func:`tvm_pool.spec.trt_windows`; window access and
+the in-bounds predicate are :mod:`tvm_pool.compute.pool`'s, so padding is never materialised.
+
+Semantics (docs/tensorrt_and_openvino.md):
+
+- MAX: the largest data value of the window; padding never takes part (NaN propagates). A window
+  that sees no data gives -inf (the smallest integer for int8).
+- AVERAGE: window sum / divisor. ``average_count_excludes_padding`` (TensorRT's default, true)
+  divides by the taps that land in the data; otherwise by the taps in
+  ``[-pad_begin, in + pad_end)`` (data and padding, not an EXPLICIT_ROUND_UP overhang past the
+  post padding; for CAFFE modes this is exactly Caffe's ``pool_size``).
+- MAX_AVERAGE_BLEND: ``(1 - blend_factor) * max + blend_factor * average``.
+- float16 sums and blends in float32 and rounds once to float16. int8 sums in int32; AVERAGE
+  rounds the exact quotient half away from zero; the blend is formed in float32 from the exact
+  quotient, ``(1 - b) * max * count + b * sum`` then divided by count (exact for dyadic b), and
+  rounded half away from zero; results saturate to [-128, 127]. An integer window
+  with a zero divisor averages to 0 (a float one gives NaN, 0/0).
+
+Block kinds: ``trt_max`` (window max), ``trt_avg_sum`` (window sum in the accumulation type),
+``trt_finalize`` (divide / blend / round / saturate; elementwise).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tvm import te, tirx
+
+from .. import spec
+from .common import accumulate_dtype, block_attrs, is_float, max_identity, nan_max_reducer
+from .pool import _out_shape, _reduce_axes, _taps_always_inside, _window_access
+
+POOLING_TYPES = ("MAX", "AVERAGE", "MAX_AVERAGE_BLEND")
+DTYPES = ("float32", "float16", "int8")
+
+
+def tensorrt_windows(data: te.Tensor, window_size, stride, pre_padding, post_padding, padding_mode):
+    rank = len(window_size)
+    spatial = list(data.shape[len(data.shape) - rank :])
+    return spec.trt_windows(spatial, window_size, stride, pre_padding, post_padding, padding_mode)
+
+
+def check_arguments(
+    ndim: int, dtype: str, pooling_type: str, window_size, stride, pre_padding, post_padding, padding_mode, blend_factor
+):
+    """Validate a TensorRT pooling layer's arguments; raise ValueError naming what is wrong."""
+    rank = len(window_size)
+    if pooling_type not in POOLING_TYPES:
+        raise ValueError(f"pooling_type must be one of {', '.join(POOLING_TYPES)}, got {pooling_type!r}")
+    if padding_mode not in spec.TRT_PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {', '.join(spec.TRT_PADDING_MODES)}, got {padding_mode!r}")
+    if rank not in (2, 3):
+        raise ValueError(f"window_size must have 2 or 3 values (2-D or 3-D windows), got {list(window_size)}")
+    if ndim < rank + 1:
+        raise ValueError(f"input of rank {ndim} is too small for a {rank}-D window (needs rank >= {rank + 1})")
+    for name, values, minimum in (
+        ("window_size", window_size, 1),
+        ("stride", stride, 1),
+        ("pre_padding", pre_padding, 0),
+        ("post_padding", post_padding, 0),
+    ):
+        if len(values) != rank:
+            raise ValueError(f"{name} has {len(values)} values; window_size has {rank}")
+        if any(int(v) < minimum for v in values):
+            raise ValueError(f"{name} values must be >= {minimum}, got {list(values)}")
+    if not 0.0 <= float(blend_factor) <= 1.0:
+        raise ValueError(f"blend_factor must be in [0, 1], got {blend_factor}")
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"input type {dtype} is not supported; TensorRT pooling allows {', '.join(DTYPES)}")
+
+
+def tensorrt_pool(
+    data: te.Tensor,
+    pooling_type: str,
+    window_size: Sequence[int],
+    stride: Sequence[int] | None = None,
+    pre_padding: Sequence[int] | None = None,
+    post_padding: Sequence[int] | None = None,
+    padding_mode: str = "EXPLICIT_ROUND_DOWN",
+    blend_factor: float = 0.0,
+    average_count_excludes_padding: bool = True,
+):
+    """TensorRT IPoolingLayer over the last ``len(window_size)`` axes (2 or 3)."""
+    rank = len(window_size)
+    stride = list(stride) if stride is not None else [1] * rank
+    pre_padding = list(pre_padding) if pre_padding is not None else [0] * rank
+    post_padding = list(post_padding) if post_padding is not None else [0] * rank
+    check_arguments(
+        len(data.shape), data.dtype, pooling_type, window_size, stride, pre_padding, post_padding,
+        padding_mode, blend_factor,
+    )
+    windows = tensorrt_windows(data, window_size, stride, pre_padding, post_padding, padding_mode)
+    for axis, w in enumerate(windows):
+        if spec.is_static(w.out_size) and spec.as_dim(w.out_size) < 1:
+            raise ValueError(f"spatial axis {axis}: output size {w.out_size} < 1 (input {w.in_size}, {padding_mode})")
+    dtype = str(data.dtype)
+    out_shape = _out_shape(data, windows)
+    lead = len(data.shape) - rank
+
+    maxed = _window_max(data, windows, out_shape) if pooling_type != "AVERAGE" else None
+    if pooling_type == "MAX":
+        return maxed
+    total = _window_sum(data, windows, out_shape)
+    acc = accumulate_dtype(dtype)
+    integer = not is_float(dtype)
+    blend = float(blend_factor)
+
+    def finalize(*out_idx):
+        count = _divisor(windows, out_idx[lead:], not average_count_excludes_padding).astype(acc)
+        if pooling_type == "AVERAGE" and integer:
+            count = tirx.max(count, tirx.const(1, acc))  # an empty window averages to 0
+            return _saturate(_round_div(total[out_idx], count, acc), dtype)
+        if integer:  # MAX_AVERAGE_BLEND on int8
+            count = tirx.max(count, tirx.const(1, acc)).astype("float32")  # empty: avg part 0
+            # v = num / count with num = (1 - b) * max * count + b * sum: exact in float32 for
+            # dyadic b, so the rounding below is exact there (docs/tensorrt_and_openvino.md).
+            num = (
+                tirx.const(1.0 - blend, "float32") * maxed[out_idx].astype("float32") * count
+                + tirx.const(blend, "float32") * total[out_idx].astype("float32")
+            )
+            mag = tirx.floor((tirx.abs(num) + tirx.const(0.5, "float32") * count) / count)
+            rounded = tirx.Select(num < tirx.const(0.0, "float32"), -mag, mag).astype("int32")
+            return _saturate(rounded, dtype)
+        avg = total[out_idx] / count.astype(acc)
+        if pooling_type == "MAX_AVERAGE_BLEND":
+            avg = tirx.const(1.0 - blend, acc) * maxed[out_idx].astype(acc) + tirx.const(blend, acc) * avg
+        return avg.astype(dtype)
+
+    return te.compute(out_shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
+
+
+def _window_max(data, windows, out_shape):
+    rank = len(windows)
+    dtype = data.dtype
+    reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
+
+    def value(*out_idx):
+        rvars = _reduce_axes(windows)
+        idx, inside = _window_access(data, windows, out_idx, rvars)
+        x = data[tuple(idx)]
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, max_identity(dtype))
+        return reducer(x, axis=rvars)
+
+    return te.compute(out_shape, value, name="trt_pool_max", attrs=block_attrs("trt_max", rank))
+
+
+def _window_sum(data, windows, out_shape):
+    rank = len(windows)
+    acc = accumulate_dtype(data.dtype)
+
+    def window_sum(*out_idx):
+        rvars = _reduce_axes(windows)
+        idx, inside = _window_access(data, windows, out_idx, rvars)
+        x = data[tuple(idx)].astype(acc)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, tirx.const(0, acc))
+        return te.sum(x, axis=rvars)
+
+    return te.compute(out_shape, window_sum, name="trt_pool_sum", attrs=block_attrs("trt_avg_sum", rank))
+
+
+def _divisor(windows, out_spatial, count_padding: bool):
+    acc_count = None
+    for w, o in zip(windows, out_spatial):
+        if count_padding:
+            n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
+        elif _taps_always_inside(w):
+            n = w.kernel
+        else:
+            n = spec.window_tap_count(w, o, 0, w.in_size)
+        acc_count = n if acc_count is None else acc_count * n
+    return acc_count if isinstance(acc_count, tirx.Expr) else tirx.const(acc_count, "int64")
+
+
+def _round_div(total, count, acc):
+    """total / count rounded half away from zero (integers, count > 0)."""
+    count = count.astype(acc)
+    mag = tirx.floordiv(tirx.abs(total) * 2 + count, count * 2)
+    return tirx.Select(total < tirx.const(0, acc), -mag, mag)
+
+
+def _saturate(x, dtype):
+    lo, hi = tirx.min_value(dtype).astype(str(x.ty)), tirx.max_value(dtype).astype(str(x.ty))
+    return tirx.max(tirx.min(x, hi), lo).astype(dtype)
