@@ -54,7 +54,7 @@ def resolve_target(target) -> Target:
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             return Target(json.loads(target))
-        except (ValueError, tvm.TVMError) as err:
+        except (ValueError, TypeError, tvm.error.InternalError) as err:
             raise TvmPoolError(f"invalid JSON target {target!r}: {err}") from None
     raise TvmPoolError(
         f"unknown target {target!r}: use one of {', '.join(TARGET_ALIASES)} or a JSON target such as "

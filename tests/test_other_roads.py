@@ -1,0 +1,96 @@
+"""Relax modules that reach tvm_pool.compile without the ONNX frontend get tvm_pool's lowering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import tvm_pool
+from tvm_pool.lowering import legalize_map, pipeline
+from tvm_pool.targets import resolve_target
+
+
+def _kinds(mod: tvm.IRModule) -> set[str]:
+    kinds = set()
+    for _, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            text = func.script()
+            for kind in ("max", "max_index", "avg_sum", "avg_finalize"):
+                if f'"tvm_pool.kind": "{kind}"' in text:
+                    kinds.add(kind)
+    return kinds
+
+
+def _lowered(mod):
+    target = resolve_target("llvm")
+    with target:
+        return relax.transform.LegalizeOps(customize_legalize_map=legalize_map())(mod)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_hand_built_relax_pool_ops(rank, kind):
+    shape = [2, 3] + [7] * rank
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    bb = relax.BlockBuilder()
+    op = getattr(relax.op.nn, f"{kind}_pool{rank}d")
+    kwargs = dict(pool_size=[3] * rank, strides=[2] * rank, padding=[1] * (2 * rank), ceil_mode=True)
+    if kind == "avg":
+        kwargs["count_include_pad"] = True
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(bb.emit(op(x, **kwargs))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert ({"max"} if kind == "max" else {"avg_sum", "avg_finalize"}) <= _kinds(_lowered(mod))
+
+    data = np.random.default_rng(rank).standard_normal(shape).astype("float32")
+    vm = relax.VirtualMachine(tvm_pool.compile(mod, "llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(data)).numpy()
+    tfn = getattr(torch.nn.functional, f"{kind}_pool{rank}d")
+    targs = dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)
+    if kind == "avg":
+        targs["count_include_pad"] = True
+    want = torch.relu(tfn(torch.from_numpy(data), **targs)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_pytorch_frontend_module():
+    """TVM's PyTorch frontend emits relax.nn.max_pool2d / avg_pool2d; tvm_pool lowers them."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            y = torch.nn.functional.max_pool2d(torch.relu(x), 3, 2, 1, ceil_mode=True)
+            return torch.nn.functional.avg_pool2d(y, 2, 2, count_include_pad=False) + 1.0
+
+    data = torch.randn(2, 4, 15, 15)
+    exported = torch.export.export(Net().eval(), (data,))
+    mod = from_exported_program(exported)
+    assert {"max", "avg_sum"} <= _kinds(_lowered(mod))
+    vm = relax.VirtualMachine(tvm_pool.compile(mod, "llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(data.numpy()))
+    got = got[0].numpy() if not isinstance(got, tvm.runtime.Tensor) else got.numpy()
+    np.testing.assert_allclose(got, Net()(data).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_channel_last_layout_keeps_tvm_legalization():
+    x = relax.Var("x", relax.TensorType([1, 8, 8, 3], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.nn.max_pool2d(x, [2, 2], [2, 2], layout="NHWC"))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    assert not _kinds(_lowered(mod))
+    data = np.random.default_rng(0).standard_normal((1, 8, 8, 3)).astype("float32")
+    got = relax.VirtualMachine(tvm_pool.compile(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+    want = data.reshape(1, 4, 2, 4, 2, 3).max(axis=(2, 4))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pipeline_is_a_pass():
+    assert isinstance(pipeline(resolve_target("llvm")), tvm.transform.Pass)
