@@ -2,6 +2,16 @@
 
 Schedules know nothing of ONNX: they find pooling blocks by the block annotations the computes
 set (``tvm_pool.kind``, see tvm_pool/compute/common.py) and TOPI's ``meta_schedule.pool_*``.
+
+Layout: one module per target family, each with one dlight-style rule:
+
+- :mod:`.x86`   x86-64 CPUs (AVX2 / AVX-512 from the target's mcpu)       -- implemented
+- ``arm.py``    aarch64 (NEON / SVE)                                       -- extension point
+- ``cuda.py``   NVIDIA GPUs                                                -- extension point
+
+To add a target: write ``<family>.py`` with a ``ScheduleRule`` subclass and add it to
+:data:`_FAMILIES` below (a predicate on the target plus the rule factory). :mod:`.meta_schedule`
+registers the same schedules as MetaSchedule custom rules (block annotation ``schedule_rule``).
 """
 
 from __future__ import annotations
@@ -9,9 +19,26 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight
 
+from . import x86
+
+
+def _x86_rules(target):
+    return [x86.Pool()]
+
+
+# (predicate on the target, rules factory), first match wins.
+_FAMILIES = [
+    (x86.is_x86, _x86_rules),
+    # (arm.is_arm, lambda t: [arm.Pool()]),     # aarch64: schedules/arm.py
+    # (cuda.is_cuda, lambda t: [cuda.Pool()]),  # CUDA: schedules/cuda.py
+]
+
 
 def rules_for(target: tvm.target.Target) -> list:
-    """The dlight-style schedule rules for ``target`` (x86/aarch64 CPU, CUDA)."""
+    """The dlight-style schedule rules for ``target`` (x86 now; aarch64 and CUDA later)."""
+    for matches, rules in _FAMILIES:
+        if matches(target):
+            return rules(target)
     return []
 
 
@@ -21,3 +48,10 @@ def schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     if not rules:
         return tvm.transform.Sequential([], name="tvm_pool.no_schedule")
     return dlight.ApplyDefaultSchedule(*rules)
+
+
+def register_meta_schedule_rules() -> list[str]:
+    """Register the schedules as MetaSchedule custom rules; returns the global names."""
+    from . import meta_schedule  # pylint: disable=import-outside-toplevel
+
+    return meta_schedule.register()

@@ -10,7 +10,6 @@ Values and indices are compared exactly for max pooling.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
@@ -26,14 +25,11 @@ import tvm_pool
 from tvm_pool import relax_ops
 from tvm_pool.errors import InvalidModelError
 
-_HAS_SCHEDULES = importlib.util.find_spec("tvm_pool.schedules") is not None
 _CORE = ov.Core()
 
 
 def _compile(mod):
-    # tvm_pool.compile attaches tvm_pool.schedules when that package exists; until it is merged,
-    # the unscheduled computes are what is built.
-    ex = tvm_pool.compile(mod, "llvm", schedule=_HAS_SCHEDULES)
+    ex = tvm_pool.compile(mod, "llvm")
     return relax.VirtualMachine(ex, tvm.cpu())
 
 

@@ -9,7 +9,6 @@ results to the output type's precision.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import re
@@ -28,13 +27,10 @@ from tvm_pool.errors import InvalidModelError
 
 MODES = ["EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP", "SAME_UPPER", "SAME_LOWER", "CAFFE_ROUND_DOWN", "CAFFE_ROUND_UP"]
 TYPES = ["MAX", "AVERAGE", "MAX_AVERAGE_BLEND"]
-_HAS_SCHEDULES = importlib.util.find_spec("tvm_pool.schedules") is not None
 
 
 def _compile(mod):
-    # tvm_pool.compile attaches tvm_pool.schedules when that package exists; until it is merged,
-    # the unscheduled computes are what is built.
-    ex = tvm_pool.compile(mod, "llvm", schedule=_HAS_SCHEDULES)
+    ex = tvm_pool.compile(mod, "llvm")
     return relax.VirtualMachine(ex, tvm.cpu())
 
 

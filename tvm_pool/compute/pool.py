@@ -134,19 +134,12 @@ def max_pool_windows(
     lead = len(data.shape) - rank
 
     if not return_indices:
-        reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
-
-        def value(*out_idx):
-            rvars = _reduce_axes(windows)
-            idx, inside = _window_access(data, windows, out_idx, rvars)
-            x = data[tuple(idx)]
-            if inside is not True:
-                x = tirx.if_then_else(inside, x, max_identity(dtype))
-            return reducer(x, axis=rvars)
-
-        return te.compute(out_shape, value, name="max_pool", attrs=block_attrs("max", rank))
+        return window_max(data, windows)
 
     spatial_sizes = [w.in_size for w in windows]
+    # Reduce in int64 whatever the requested index type: the "no candidate" sentinel needs
+    # the range; a narrower index type is a cast in the finalize stage.
+    requested_index_dtype, index_dtype = index_dtype, "int64"
     reducer = argmax_reducer(dtype, index_dtype)
     # With row-major numbering the reduced index can be the final one (the plane offset is a
     # constant per window); column-major needs a conversion stage afterwards.
@@ -169,7 +162,7 @@ def max_pool_windows(
     values, raw_index = te.compute(
         out_shape, value_and_index, name="max_pool", attrs=block_attrs("max_index", rank)
     )
-    if fold_plane_offset and not _may_see_no_data(windows):
+    if fold_plane_offset and not _may_see_no_data(windows) and requested_index_dtype == "int64":
         return values, raw_index
 
     plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
@@ -186,14 +179,103 @@ def max_pool_windows(
             if index_scope == "tensor":
                 plane = _row_major(out_idx[:lead], data.shape[:lead]).astype(index_dtype)
                 index = plane * plane_size.astype(index_dtype) + within
-        return tirx.Select(
+        index = tirx.Select(
             raw == tirx.const(_SENTINEL_INDEX, index_dtype), tirx.const(NO_INDEX, index_dtype), index
         )
+        return index.astype(requested_index_dtype)
 
     indices = te.compute(
         out_shape, final_index, name="max_pool_index", attrs=block_attrs("max_index_finalize", rank)
     )
     return values, indices
+
+
+def padded(data: te.Tensor, windows, fill) -> tuple[te.Tensor, list]:
+    """``data`` with every window's taps inside it: ``fill`` in the padding and the ceil-mode
+    overhang. Returns the tensor and, per spatial axis, the offset of data position 0 in it.
+
+    Windowed reductions read this stage unconditionally, so the bounds check happens once per
+    padded element (which a schedule computes per plane or row) instead of once per tap. Axes
+    whose taps never leave the data are not padded; with none, ``data`` is returned as is.
+    """
+    lead = len(data.shape) - len(windows)
+    if all(_taps_always_inside(w) for w in windows):
+        return data, [0] * len(windows)
+    offsets, extents = [], []
+    for w in windows:
+        if _taps_always_inside(w):
+            offsets.append(0)
+            extents.append(w.in_size)
+        else:
+            offsets.append(w.pad_begin)
+            last_tap = (spec.as_dim(w.out_size) - 1) * w.stride + (w.kernel - 1) * w.dilation
+            extents.append(spec.maximum(last_tap + 1, spec.as_dim(w.in_size) + spec.as_dim(w.pad_begin)))
+
+    def value(*idx):
+        src, inside = list(idx[:lead]), []
+        for i, off, w in zip(idx[lead:], offsets, windows):
+            src.append(i - off)
+            if not _taps_always_inside(w):
+                inside.append(tirx.all(i >= off, i - off < w.in_size))
+        cond = all_of(inside)
+        x = data[tuple(src)]
+        return x if cond is True else tirx.if_then_else(cond, x, fill_value)
+
+    fill_value = fill if isinstance(fill, tirx.Expr) else tirx.const(fill, data.dtype)
+
+    out = te.compute(list(data.shape[:lead]) + extents, value, name="pad", attrs=block_attrs("pad", len(windows)))
+    return out, offsets
+
+
+def _padded_access(padded_data, windows, offsets, out_idx, rvars):
+    lead = len(padded_data.shape) - len(windows)
+    idx = list(out_idx[:lead])
+    for w, off, o, r in zip(windows, offsets, out_idx[lead:], rvars):
+        idx.append(w.tap(o, r) + off)
+    return padded_data[tuple(idx)]
+
+
+def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool") -> te.Tensor:
+    """The max over each window's data taps (NaN propagates; no data gives the max identity)."""
+    dtype = data.dtype
+    reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
+    source, offsets = padded(data, windows, max_identity(dtype))
+
+    def value(*out_idx):
+        rvars = _reduce_axes(windows)
+        return reducer(_padded_access(source, windows, offsets, out_idx, rvars), axis=rvars)
+
+    return te.compute(_out_shape(data, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+
+
+def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None) -> te.Tensor:
+    """The sum over each window's data taps in the accumulation type (padding adds 0)."""
+    acc = accumulate_dtype(data.dtype)
+    source, offsets = padded(data, windows, 0)
+
+    def value(*out_idx):
+        rvars = _reduce_axes(windows)
+        x = _padded_access(source, windows, offsets, out_idx, rvars).astype(acc)
+        if map_input is not None:
+            x = map_input(x)  # |0|^p = 0: padding still adds nothing
+        return te.sum(x, axis=rvars)
+
+    return te.compute(_out_shape(data, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+
+
+def window_count(windows, out_spatial, count_padding: bool):
+    """How many taps of a window count in an average: those in the data, plus (with
+    ``count_padding``) those in the explicit/SAME padding; never the ceil-mode overhang."""
+    count = None
+    for w, o in zip(windows, out_spatial):
+        if count_padding:
+            n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
+        elif _taps_always_inside(w):
+            n = w.kernel
+        else:
+            n = spec.window_tap_count(w, o, 0, w.in_size)
+        count = n if count is None else count * n
+    return count if isinstance(count, tirx.Expr) else tirx.const(count, "int64")
 
 
 def _may_see_no_data(windows) -> bool:
@@ -299,32 +381,10 @@ def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input
     acc = accumulate_dtype(data.dtype)
     out_shape = _out_shape(data, windows)
     lead = len(data.shape) - rank
-
-    def window_sum(*out_idx):
-        rvars = _reduce_axes(windows)
-        idx, inside = _window_access(data, windows, out_idx, rvars)
-        x = data[tuple(idx)].astype(acc)
-        if map_input is not None:
-            x = map_input(x)
-        if inside is not True:
-            x = tirx.if_then_else(inside, x, tirx.const(0, acc))
-        return te.sum(x, axis=rvars)
-
-    total = te.compute(out_shape, window_sum, name=f"{kind}_pool_sum", attrs=block_attrs(f"{kind}_sum", rank))
-
-    def divisor(out_spatial):
-        count = None
-        for w, o in zip(windows, out_spatial):
-            if count_include_pad:
-                n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
-            else:
-                n = spec.window_tap_count(w, o, 0, w.in_size) if not _taps_always_inside(w) else w.kernel
-            count = n if count is None else count * n
-        return count
+    total = window_sum(data, windows, f"{kind}_sum", f"{kind}_pool_sum", map_input)
 
     def finalize(*out_idx):
-        count = divisor(out_idx[lead:])
-        count = tirx.Cast(acc, count) if isinstance(count, tirx.Expr) else tirx.const(count, acc)
+        count = window_count(windows, out_idx[lead:], count_include_pad).astype(acc)
         return finish(total[out_idx], count).astype(data.dtype)
 
     return te.compute(out_shape, finalize, name=f"{kind}_pool", attrs=block_attrs(f"{kind}_finalize", rank))

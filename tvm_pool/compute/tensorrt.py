@@ -29,8 +29,8 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
-from .common import accumulate_dtype, block_attrs, is_float, max_identity, nan_max_reducer
-from .pool import _out_shape, _reduce_axes, _taps_always_inside, _window_access
+from .common import accumulate_dtype, block_attrs, is_float
+from .pool import _out_shape, window_count, window_max, window_sum
 
 POOLING_TYPES = ("MAX", "AVERAGE", "MAX_AVERAGE_BLEND")
 DTYPES = ("float32", "float16", "int8")
@@ -99,16 +99,16 @@ def tensorrt_pool(
     out_shape = _out_shape(data, windows)
     lead = len(data.shape) - rank
 
-    maxed = _window_max(data, windows, out_shape) if pooling_type != "AVERAGE" else None
+    maxed = window_max(data, windows, "trt_max", "trt_pool_max") if pooling_type != "AVERAGE" else None
     if pooling_type == "MAX":
         return maxed
-    total = _window_sum(data, windows, out_shape)
+    total = window_sum(data, windows, "trt_avg_sum", "trt_pool_sum")
     acc = accumulate_dtype(dtype)
     integer = not is_float(dtype)
     blend = float(blend_factor)
 
     def finalize(*out_idx):
-        count = _divisor(windows, out_idx[lead:], not average_count_excludes_padding).astype(acc)
+        count = window_count(windows, out_idx[lead:], not average_count_excludes_padding).astype(acc)
         if pooling_type == "AVERAGE" and integer:
             count = tirx.max(count, tirx.const(1, acc))  # an empty window averages to 0
             return _saturate(_round_div(total[out_idx], count, acc), dtype)
@@ -129,50 +129,6 @@ def tensorrt_pool(
         return avg.astype(dtype)
 
     return te.compute(out_shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
-
-
-def _window_max(data, windows, out_shape):
-    rank = len(windows)
-    dtype = data.dtype
-    reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
-
-    def value(*out_idx):
-        rvars = _reduce_axes(windows)
-        idx, inside = _window_access(data, windows, out_idx, rvars)
-        x = data[tuple(idx)]
-        if inside is not True:
-            x = tirx.if_then_else(inside, x, max_identity(dtype))
-        return reducer(x, axis=rvars)
-
-    return te.compute(out_shape, value, name="trt_pool_max", attrs=block_attrs("trt_max", rank))
-
-
-def _window_sum(data, windows, out_shape):
-    rank = len(windows)
-    acc = accumulate_dtype(data.dtype)
-
-    def window_sum(*out_idx):
-        rvars = _reduce_axes(windows)
-        idx, inside = _window_access(data, windows, out_idx, rvars)
-        x = data[tuple(idx)].astype(acc)
-        if inside is not True:
-            x = tirx.if_then_else(inside, x, tirx.const(0, acc))
-        return te.sum(x, axis=rvars)
-
-    return te.compute(out_shape, window_sum, name="trt_pool_sum", attrs=block_attrs("trt_avg_sum", rank))
-
-
-def _divisor(windows, out_spatial, count_padding: bool):
-    acc_count = None
-    for w, o in zip(windows, out_spatial):
-        if count_padding:
-            n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
-        elif _taps_always_inside(w):
-            n = w.kernel
-        else:
-            n = spec.window_tap_count(w, o, 0, w.in_size)
-        acc_count = n if acc_count is None else acc_count * n
-    return acc_count if isinstance(acc_count, tirx.Expr) else tirx.const(acc_count, "int64")
 
 
 def _round_div(total, count, acc):

@@ -1,0 +1,132 @@
+"""What a schedule rule needs to know about a PrimFunc: its pooling blocks and their loops.
+
+Pooling blocks are found by annotation, never by name:
+
+- tvm_pool computes: ``tvm_pool.kind`` (``max``, ``max_index``, ``avg_sum``, ``lp_sum``,
+  ``adaptive_*``, ``trt_*``, ... and their elementwise ``*_finalize`` stages);
+- TVM's TOPI pooling: ``schedule_rule`` = ``meta_schedule.pool_max`` / ``meta_schedule.pool_avg`` /
+  ``meta_schedule.adaptive_pool_*``.
+
+A *main* block is a pooling block with reduction iterators (the window reduction). Every other
+block of the function (relu before, ``*_finalize`` / add after, TOPI's ``pad_temp``) is
+elementwise and gets inlined or computed at the main block's tile loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+
+KIND_ATTR = "tvm_pool.kind"
+SCHEDULE_RULE_ATTR = "schedule_rule"
+SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
+TOPI_POOL_RULES = (
+    "meta_schedule.pool_max",
+    "meta_schedule.pool_avg",
+    "meta_schedule.adaptive_pool_max",
+    "meta_schedule.adaptive_pool_avg",
+)
+
+_DATA_PAR = 0
+_REDUCE = 2
+
+
+def block_annotations(block) -> dict:
+    return {str(k): v for k, v in block.annotations.items()}
+
+
+def is_pool_block(block) -> bool:
+    ann = block_annotations(block)
+    if KIND_ATTR in ann:
+        return True
+    return str(ann.get(SCHEDULE_RULE_ATTR, "")) in TOPI_POOL_RULES
+
+
+def pool_kind(block) -> str:
+    ann = block_annotations(block)
+    if KIND_ATTR in ann:
+        return str(ann[KIND_ATTR])
+    return str(ann.get(SCHEDULE_RULE_ATTR, "")).replace("meta_schedule.", "topi_")
+
+
+def is_reduction(block) -> bool:
+    return any(int(iv.iter_type) == _REDUCE for iv in block.iter_vars)
+
+
+@dataclass
+class MainBlock:
+    """A window-reduction block: ``n_spatial`` data-parallel iterators then the reductions."""
+
+    rv: s_tir.schedule.SBlockRV
+    kind: str
+    n_spatial: int
+    spatial_extents: list  # ints, or None where symbolic
+    reduce_extents: list
+    out_dtypes: list  # dtypes of the buffers the block writes
+
+
+def region_dtype(region) -> str:
+    """dtype of the buffer a read/write region touches (BufferRegion or 0.27's TensorRegion)."""
+    if hasattr(region, "buffer"):
+        return str(region.buffer.dtype)
+    return str(region.source.ty.dtype)
+
+
+def _extent(dom):
+    ext = dom.extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def main_blocks(sch: s_tir.Schedule) -> list[MainBlock]:
+    """The pooling reduction blocks of ``sch``'s function, in program order."""
+    found = []
+    for rv in _all_blocks(sch):
+        block = sch.get(rv)
+        if not is_pool_block(block) or not is_reduction(block):
+            continue
+        kinds = [int(iv.iter_type) for iv in block.iter_vars]
+        n_spatial = sum(1 for k in kinds if k == _DATA_PAR)
+        # TE reductions list data-parallel iterators first; anything else is not ours to tile.
+        if any(k not in (_DATA_PAR, _REDUCE) for k in kinds) or kinds != sorted(kinds):
+            continue
+        found.append(
+            MainBlock(
+                rv=rv,
+                kind=pool_kind(block),
+                n_spatial=n_spatial,
+                spatial_extents=[_extent(iv.dom) for iv in block.iter_vars[:n_spatial]],
+                reduce_extents=[_extent(iv.dom) for iv in block.iter_vars[n_spatial:]],
+                out_dtypes=[region_dtype(w) for w in block.writes],
+            )
+        )
+    return found
+
+
+def _all_blocks(sch: s_tir.Schedule):
+    root = sch.get_sblock("root") if _has_root(sch) else None
+    if root is None:
+        return []
+    return list(sch.get_child_blocks(root))
+
+
+def _has_root(sch) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock]) -> list:
+    """Every root-level block that is not a main block, in program order."""
+    main_names = {sch.get(m.rv).name_hint for m in mains}
+    return [rv for rv in _all_blocks(sch) if sch.get(rv).name_hint not in main_names]
+
+
+def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:
+    """True when the block's loops are exactly its iterators, one loop per iterator, in order
+    (the shape TE's create_prim_func gives; what the rules' tiling assumes)."""
+    loops = sch.get_loops(main.rv)
+    block = sch.get(main.rv)
+    return len(loops) == len(block.iter_vars)

@@ -1,0 +1,68 @@
+"""The same schedules as MetaSchedule custom rules.
+
+MetaSchedule's ``ApplyCustomRule`` reads a block's ``schedule_rule`` annotation and calls the
+global function ``s_tir.meta_schedule.<target key>.<annotation>`` (target key ``cpu`` for llvm)
+with ``(schedule, block)``; it must return a list of schedules (the design space). tvm_pool's
+blocks are annotated ``tvm_pool.<kind>``; TOPI's ``meta_schedule.pool_max`` / ``pool_avg``.
+
+Each registered rule schedules a window-reduction block with :func:`.x86.schedule_block` and
+returns one schedule per vector-tile choice (a small design space tuning can start from);
+elementwise stages (``*_finalize``) return the schedule unchanged: the reduction's rule computes
+them at its tile.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import s_tir
+
+from . import analysis, x86
+
+CPU_KINDS = (
+    "max", "max_index", "avg_sum", "lp_sum",
+    "adaptive_max", "adaptive_max_index", "adaptive_avg_sum",
+    "trt_max", "trt_avg_sum", "trt_lp_sum",
+)
+ELEMENTWISE_KINDS = (
+    "max_index_finalize", "avg_finalize", "lp_finalize",
+    "adaptive_max_index_finalize", "adaptive_avg_finalize", "trt_finalize",
+)
+_PREFIX = "s_tir.meta_schedule.cpu."
+
+
+def _cpu_rule(sch: s_tir.Schedule, block) -> list:
+    target = tvm.target.Target.current(allow_none=True) or tvm.target.Target({"kind": "llvm"})
+    if not analysis.is_reduction(sch.get(block)):
+        return [sch]
+    spaces = []
+    for level in (x86.FULL, x86.NO_VECTOR):
+        candidate = sch.copy()
+        try:
+            x86.schedule_block(candidate, block, target, level)
+        except (Exception,):
+            continue
+        spaces.append(candidate)
+    return spaces or [sch]
+
+
+def _keep(sch: s_tir.Schedule, _block) -> list:
+    return [sch]
+
+
+_registered: list[str] = []
+
+
+def register() -> list[str]:
+    """Register the CPU custom rules (idempotent); returns the registered global names."""
+    if _registered:
+        return list(_registered)
+    names = [f"{_PREFIX}tvm_pool.{k}" for k in CPU_KINDS]
+    names += [_PREFIX + rule for rule in analysis.TOPI_POOL_RULES]
+    for name in names:
+        tvm_ffi.register_global_func(name, _cpu_rule, override=True)
+    for k in ELEMENTWISE_KINDS:
+        tvm_ffi.register_global_func(f"{_PREFIX}tvm_pool.{k}", _keep, override=True)
+        names.append(f"{_PREFIX}tvm_pool.{k}")
+    _registered.extend(names)
+    return list(names)

@@ -1,0 +1,328 @@
+"""x86-64 CPU schedule for pooling (AVX2 / AVX-512 picked from the target's mcpu/mattr).
+
+One rule, :class:`Pool`, for every tvm_pool pooling PrimFunc (max, max with indices, average,
+Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. For each window
+reduction ("main") block with loops ``[lead..., out_last, r...]``:
+
+1. elementwise producers (relu, ...) are inlined into it;
+2. the innermost output axis is split into vector tiles ``(tile, lane)``; the window loops go
+   between them: ``[lead..., tile, r..., lane]``; all outer output axes (batch, channel, outer
+   spatial) are fused into one parallel loop;
+3. the accumulator lives in registers (``cache_write`` to ``local`` at the tile), initialised by
+   ``decompose_reduction``; ``lane`` is vectorised;
+4. consumers (``*_finalize``, add, relu after) are computed at the tile and vectorised;
+5. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds on
+   the int64 loops Relax produces (a build error for windows that touch padding) and does not
+   terminate on some symbolic extents; the padding predicate stays and LLVM if-converts it.
+
+Every step is tried at the full level first; a PrimFunc a step cannot handle falls back to a
+lower level (no vectorisation, then parallel only), so the rule never fails a build.
+The same function schedules one block inside a MetaSchedule schedule
+(:func:`schedule_block`), which :mod:`.meta_schedule` registers as the custom rule.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight import ScheduleRule
+from tvm.sym.pattern import detect_linear_equation
+from tvm.target import Target
+
+from . import analysis
+
+logger = logging.getLogger(__name__)
+
+# Levels of a schedule, best first; a level that fails falls back to the next.
+FULL, NO_VECTOR, PARALLEL_ONLY = 2, 1, 0
+
+
+def _enable_isnan_vectorization() -> None:
+    """tvm_pool's float max reducer uses ``isnan`` (NaN propagates); TVM 0.27 does not mark the
+    ``tirx.isnan`` op vectorizable, so VectorizeLoop scalarises every float max loop. isnan is
+    a pure elementwise op and LLVM lowers vector isnan (fcmp uno) fine; mark it."""
+    op = tvm.ir.Op.get("tirx.isnan")
+    if not op.get_attr("TVectorizable"):
+        op.set_attr("TVectorizable", True)
+
+
+_enable_isnan_vectorization()
+
+
+# --------------------------------------------------------------------------------------------
+# Target facts
+# --------------------------------------------------------------------------------------------
+
+
+def is_x86(target: Target) -> bool:
+    if target.kind.name != "llvm":
+        return False
+    triple = str(target.attrs.get("mtriple", "") or "")
+    if triple:
+        return triple.startswith(("x86_64", "i686", "i386", "x86"))
+    cpu = str(target.attrs.get("mcpu", "") or "")
+    if cpu.startswith(("cortex", "apple", "neoverse", "carmel", "kryo", "thunderx")):
+        return False
+    try:
+        return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
+    except Exception:  # pylint: disable=broad-except
+        return True
+
+
+def vector_bits(target: Target) -> int:
+    """512 with AVX-512F, 256 with AVX2, else 128 (SSE)."""
+    has = tvm.target.codegen.target_has_features
+    try:
+        if has("avx512f", target):
+            return 512
+        if has("avx2", target):
+            return 256
+    except Exception:  # pylint: disable=broad-except
+        pass
+    return 128
+
+
+def num_threads(target: Target) -> int:
+    cores = target.attrs.get("num-cores", None)
+    return int(cores) if cores else 1
+
+
+def _dtype_bits(dtype: str) -> int:
+    dt = tvm.runtime.DataType(dtype)
+    return dt.bits
+
+
+# --------------------------------------------------------------------------------------------
+# The rule
+# --------------------------------------------------------------------------------------------
+
+
+class Pool(ScheduleRule):
+    """dlight rule: schedule every pooling PrimFunc (see the module docstring)."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return is_x86(target)
+
+    def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):  # noqa: D102
+        if not isinstance(func, tirx.PrimFunc) or not is_x86(target):
+            return None
+        probe = s_tir.Schedule(func)
+        if not analysis.main_blocks(probe):
+            return None
+        for level in (FULL, NO_VECTOR, PARALLEL_ONLY):
+            sch = s_tir.Schedule(func)
+            try:
+                schedule_function(sch, target, level)
+                return sch
+            except (Exception,) as err:
+                logger.debug("x86 pool schedule level %d failed: %s", level, err)
+        return None
+
+
+def schedule_function(sch: s_tir.Schedule, target: Target, level: int = FULL) -> None:
+    """Schedule every pooling reduction of the function in ``sch`` (and its fused blocks)."""
+    mains = analysis.main_blocks(sch)
+    _inline_producers(sch, mains)
+    for main in analysis.main_blocks(sch):
+        schedule_block(sch, main.rv, target, level)
+
+
+def _inline_producers(sch: s_tir.Schedule, mains) -> None:
+    """Inline elementwise producers (relu before the pool, TOPI's pad_temp) into their readers,
+    and elementwise chains after a finalize stage into that stage."""
+    others = analysis.other_blocks(sch, mains)
+    for rv in others:
+        if analysis.pool_kind(sch.get(rv)) == "pad":
+            continue  # the padded copy is computed per plane/row, not inlined (see schedule_block)
+        try:
+            sch.compute_inline(rv)
+        except (Exception,):
+            pass
+    for rv in reversed(analysis.other_blocks(sch, analysis.main_blocks(sch))):
+        try:
+            sch.reverse_compute_inline(rv)
+        except (Exception,):
+            pass
+
+
+def _consumers_chain(sch: s_tir.Schedule, block) -> list:
+    """Blocks reading the main block's outputs, transitively, in program order."""
+    seen, order, todo = set(), [], [block]
+    while todo:
+        cur = todo.pop()
+        for c in sch.get_consumers(cur):
+            name = sch.get(c).name_hint
+            if name not in seen:
+                seen.add(name)
+                order.append(c)
+                todo.append(c)
+    return order
+
+
+def choose_lanes(extent, dtype_bits: int, vbits: int) -> int:
+    """Lanes of the vector tile along an output axis of ``extent``: the widest divisor of the
+    extent up to one vector register (so no tail predicate), at least 4; 1 means scalar."""
+    if extent is None or extent < 4:
+        return 1
+    widest = max(vbits // max(dtype_bits, 8), 4)
+    for lanes in range(min(widest, extent), 3, -1):
+        if extent % lanes == 0:
+            return lanes
+    return 1
+
+
+def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL) -> None:
+    """Parallelise one window-reduction block and shape its loops for LLVM's vectoriser.
+
+    Loops ``[lead..., out..., r...]`` become::
+
+        parallel fused(lead)                      # batch x channels (x outer spatial if few)
+          for out[:-1]
+            consumers computed per row            # finalize / add / relu, vectorised by LLVM
+            for out[-1]                           # LLVM vectorises this loop
+              r... unrolled                       # window taps, straight-line code
+
+    TVM's own ``vectorize`` goes through Ramp loads, which LLVM scalarises for strided taps;
+    LLVM's loop vectoriser turns the same stride-s taps into interleaved loads + shuffles, so
+    the innermost output loop is left to it (measured: 3-10x faster than TVM Ramp vectors).
+    """
+    info = sch.get(block)
+    n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
+    loops = sch.get_loops(block)
+    if len(loops) != len(info.iter_vars):
+        raise ValueError("pool block is not a plain loop nest")
+    spatial, reduce_loops = list(loops[:n_spatial]), list(loops[n_spatial:])
+    extents = [analysis._extent(iv.dom) for iv in info.iter_vars]  # pylint: disable=protected-access
+    if any(e is None for e in extents):
+        # Symbolic extents (runtime output sizes, dynamic batch): fusing or splitting a symbolic
+        # loop puts symbolic floordiv/floormod into every index, and TVM 0.27's simplifier
+        # does not come back from that on these reductions. Parallelise the leading loops whose
+        # extents are known, fused, and leave the rest as they are.
+        static_lead = []
+        for loop, extent in zip(loops[:n_spatial], extents[:n_spatial]):
+            if extent is None:
+                break
+            static_lead.append(loop)
+        if static_lead:
+            sch.parallel(sch.fuse(*static_lead) if len(static_lead) > 1 else static_lead[0])
+        elif n_spatial > 1:
+            sch.parallel(loops[0])
+        return
+    rank = len(reduce_loops)
+    n_lead = max(n_spatial - rank, 0)
+    lead, out = spatial[:n_lead], spatial[n_lead:]
+    consumers = _consumers_chain(sch, block)
+    pads = [p for p in sch.get_producers(block) if analysis.pool_kind(sch.get(p)) == "pad"]
+    if level == FULL and len(info.writes) == 1 and lead and out and pads:
+        # Padded windows: the padded copy per plane makes every tap unconditional (below).
+        # Unpadded windows keep the row loops LLVM vectorises (measured faster there).
+        _schedule_vector_rows(sch, block, target, lead, out, reduce_loops, extents[n_spatial:], pads, consumers)
+        return
+
+    # 1. parallel over batch x channels x every output axis but the innermost.
+    par_loops = list(lead) + list(out[:-1])
+    rest = list(out[-1:])
+    if not par_loops and rest and (_loop_extent(sch, rest[0]) or 2) > 1:
+        par_loops, rest = rest, []
+    par = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else None)
+    if par is not None:
+        sch.parallel(par)
+    row = par  # consumers go per parallel chunk (one output row)
+
+    if level >= NO_VECTOR:
+        # 2. window taps unrolled when small.
+        taps = _product(extents[n_spatial:])
+        if taps is not None and taps <= _MAX_UNROLLED_TAPS:
+            for r in reduce_loops:
+                sch.unroll(r)
+        elif rest and reduce_loops and (_loop_extent(sch, rest[-1]) or 1) > 1:
+            # large windows: taps outside the output row, the row stays the inner loop
+            sch.reorder(*reduce_loops, rest[-1])
+            sch.decompose_reduction(block, reduce_loops[0])
+
+    # 3. consumers (finalize, add, relu) at the row, so the intermediate stays a row in cache;
+    #    the padded copy (if any) is made per row too.
+    for c in consumers:
+        if row is not None:
+            sch.reverse_compute_at(c, row)
+    for p in pads:
+        if row is not None:
+            sch.compute_at(p, row)
+        else:
+            sch.compute_inline(p)
+
+
+def _inner_read_stride(sch, block):
+    """How far the first read moves per step of the innermost output axis (None: unknown)."""
+    info = sch.get(block)
+    n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
+    var = info.iter_vars[n_spatial - 1].var
+    index = info.reads[0].region[-1].min
+    coeffs = detect_linear_equation(index, [var])
+    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
+
+
+def _schedule_vector_rows(sch, block, target, lead, out, reduce_loops, reduce_extents, pads, consumers):
+    """The value-only window reduction (max / sum), static shapes::
+
+        parallel planes (batch x channels; rows too when planes are fewer than 4 per thread)
+          padded copy of the plane (or row)    # one bounds check per element, not per tap
+          for out[:-1]
+            for out[-1] / lanes                # a vector of outputs lives in registers
+              taps... (unrolled)               # contiguous or strided loads, no predicate
+                vector lanes
+            consumers (finalize, add, relu)
+    """
+    planes = _product([_loop_extent(sch, l) for l in lead]) or 1
+    par_loops = list(lead)
+    if planes < 4 * num_threads(target) and len(out) > 1:
+        par_loops += list(out[:-1])
+    par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
+    sch.parallel(par)
+    for p in pads:
+        sch.compute_at(p, par)
+    inner = out[-1]
+    dtype_bits = _dtype_bits(analysis.region_dtype(sch.get(block).writes[0]))
+    lanes = choose_lanes(_loop_extent(sch, inner), dtype_bits, vector_bits(target))
+    taps = _product(reduce_extents)
+    if lanes > 1 and _inner_read_stride(sch, block) != 1 and dtype_bits < 16:
+        # Strided 8-bit taps: TVM's vectorize gathers its 32-64 lanes one by one; LLVM's loop
+        # vectoriser does better with wide loads + shuffles, so the row stays a plain loop.
+        # (For 16/32-bit lanes the gathered vector still wins: measured in bench/.)
+        lanes = 1
+    if lanes > 1:
+        tile, lane = sch.split(inner, [None, lanes])
+        sch.reorder(tile, *reduce_loops, lane)
+        acc = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc, tile)
+        if taps is not None and taps <= _MAX_UNROLLED_TAPS:
+            for r in reduce_loops:
+                sch.unroll(r)
+        sch.vectorize(lane)
+        init = sch.decompose_reduction(block, reduce_loops[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.vectorize(sch.get_loops(acc)[-1])
+    elif taps is not None and taps <= _MAX_UNROLLED_TAPS:
+        for r in reduce_loops:
+            sch.unroll(r)
+    for c in consumers:
+        sch.reverse_compute_at(c, par)
+
+
+_MAX_UNROLLED_TAPS = 64
+
+
+def _product(values):
+    total = 1
+    for v in values:
+        if v is None:
+            return None
+        total *= v
+    return total
+
+
+def _loop_extent(sch, loop):
+    ext = sch.get(loop).extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None

@@ -1,0 +1,278 @@
+"""x86 schedules against the unscheduled computes: values and indices, every dtype, edge shapes.
+
+Correctness only (timing lives in the benchmark). Each case builds the same Relax module twice,
+``tvm_pool.compile(..., schedule=False)`` and scheduled for an x86 target, and compares bit-exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, s_tir
+
+import tvm_pool
+from tvm_pool import relax_ops
+from tvm_pool.schedules import rules_for, x86
+
+AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+AVX2 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell", "num-cores": 2}
+
+
+def _host_is_x86():
+    return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
+
+
+pytestmark = pytest.mark.skipif(not _host_is_x86(), reason="x86 schedules run on an x86 host")
+
+
+def _module(shape, dtype, emit, epilogue=None, prologue=None):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            inp = bb.emit(prologue(x)) if prologue else x
+            y = emit(bb, inp)
+            if epilogue is not None:
+                y = bb.emit(epilogue(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+    x = rng.standard_normal(shape).astype("float32")
+    x.flat[::17] = x.flat[min(3, x.size - 1)]  # ties
+    if dtype == "bfloat16":
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+        return x.astype(ml_dtypes.bfloat16)
+    return x.astype(dtype)
+
+
+def _run(mod, x, target, schedule):
+    ex = tvm_pool.compile(mod, target=target, schedule=schedule)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x))
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    return [o.numpy() for o in out]
+
+
+def _check(mod, shape, dtype, target=AVX512, nan=False):
+    x = _data(shape, dtype)
+    if nan and dtype.startswith(("float", "bfloat")):
+        x.flat[::23] = np.nan
+    want = _run(mod, x, target, schedule=False)
+    got = _run(mod, x, target, schedule=True)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if g.dtype.name == "bfloat16":  # numpy sees no NaN in ml_dtypes arrays
+            g, w = g.astype(np.float32), w.astype(np.float32)
+        np.testing.assert_array_equal(g, w)
+
+
+def _is_scheduled(mod, target):
+    """The rule matched every pooling PrimFunc (ApplyDefaultSchedule marks them)."""
+    tgt = tvm.target.Target(target)
+    lowered = tvm_pool.lowering.pipeline(tgt)(mod)
+    funcs = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return funcs and all("tirx.is_scheduled" in f.attrs or "global_symbol" in f.attrs for f in funcs)
+
+
+def max2d(k, s, p, ceil=False, indices=False):
+    return lambda bb, x: relax_ops.max_pool(bb, x, k, strides=s, pads=p, ceil_mode=ceil, return_indices=indices)
+
+
+def avg2d(k, s, p, ceil=False, cip=False):
+    return lambda bb, x: relax_ops.avg_pool(bb, x, k, strides=s, pads=p, ceil_mode=ceil, count_include_pad=cip)
+
+
+# ---------------------------------------------------------------------------------------------
+# rule plumbing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rules_for_targets():
+    assert rules_for(tvm.target.Target(AVX512))
+    assert rules_for(tvm.target.Target(AVX2))
+    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+    assert rules_for(arm) == []
+
+
+def test_vector_bits():
+    assert x86.vector_bits(tvm.target.Target(AVX512)) == 512
+    assert x86.vector_bits(tvm.target.Target(AVX2)) == 256
+
+
+def test_rule_skips_non_pool_funcs():
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    a = te.placeholder((4, 4), "float32")
+    b = te.compute((4, 4), lambda i, j: a[i, j] + 1)
+    func = te.create_prim_func([a, b])
+    assert x86.Pool().apply(func, tvm.target.Target(AVX512), False) is None
+
+
+def test_meta_schedule_rules_registered():
+    from tvm_pool.schedules import register_meta_schedule_rules  # pylint: disable=import-outside-toplevel
+
+    names = register_meta_schedule_rules()
+    assert "s_tir.meta_schedule.cpu.tvm_pool.max" in names
+    assert tvm.get_global_func("s_tir.meta_schedule.cpu.tvm_pool.avg_sum") is not None
+    assert tvm.get_global_func("s_tir.meta_schedule.cpu.meta_schedule.pool_max") is not None
+
+
+def test_meta_schedule_rule_returns_space():
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+    from tvm_pool.schedules import register_meta_schedule_rules  # pylint: disable=import-outside-toplevel
+
+    register_meta_schedule_rules()
+    x = te.placeholder((1, 4, 9, 9), "float32", name="x")
+    y = compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    rule = tvm.get_global_func("s_tir.meta_schedule.cpu.tvm_pool.max")
+    with tvm.target.Target(AVX512):
+        spaces = rule(sch, sch.get_sblock("max_pool"))
+    assert len(spaces) >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# values
+# ---------------------------------------------------------------------------------------------
+
+DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_max_2d_dtypes(dtype):
+    shape = [2, 3, 11, 13]
+    _check(_module(shape, dtype, max2d([3, 3], [2, 2], [1, 1, 1, 1])), shape, dtype, nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])  # average is float-only
+def test_avg_2d_dtypes(dtype):
+    shape = [1, 4, 10, 9]
+    _check(_module(shape, dtype, avg2d([3, 3], [1, 1], [1, 1, 1, 1])), shape, dtype)
+
+
+@pytest.mark.parametrize(
+    "emit,shape",
+    [
+        (max2d([3, 3], [2, 2], [1, 1, 1, 1]), [1, 8, 20, 20]),  # ResNet stem
+        (max2d([3, 3], [1, 1], [1, 1, 1, 1]), [1, 4, 14, 14]),  # Inception s1
+        (max2d([3, 3], [2, 2], [0, 0, 0, 0], ceil=True), [1, 4, 14, 14]),  # ceil mode
+        (max2d([2, 2], [2, 2], [0, 0, 0, 0]), [1, 4, 16, 16]),  # VGG
+        (max2d([3, 3], [3, 1], [2, 2, 2, 2]), [1, 2, 9, 7]),  # pads = kernel-1, odd stride
+        (max2d([5, 7], [1, 1], [0, 0, 0, 0]), [1, 2, 5, 7]),  # kernel = input
+        (max2d([1, 1], [1, 1], [0, 0, 0, 0]), [1, 1, 1, 1]),  # size-1 everything
+        (avg2d([2, 2], [2, 2], [0, 0, 0, 0]), [1, 8, 16, 16]),  # DenseNet
+        (avg2d([3, 3], [2, 2], [1, 1, 1, 1], cip=True), [1, 4, 15, 15]),
+        (avg2d([3, 3], [2, 2], [1, 0, 2, 1], ceil=True), [2, 3, 12, 11]),
+        (avg2d([5, 5], [1, 1], [4, 4, 4, 4]), [1, 2, 6, 6]),
+    ],
+)
+def test_2d_variants(emit, shape):
+    _check(_module(shape, "float32", emit), shape, "float32")
+
+
+@pytest.mark.parametrize("shape,k,s,p", [([1, 3, 50], [4], [4], [0, 0]), ([2, 2, 17], [3], [2], [1, 1]), ([1, 1, 1], [1], [1], [0, 0])])
+def test_1d(shape, k, s, p):
+    _check(_module(shape, "float32", lambda bb, x: relax_ops.max_pool(bb, x, k, strides=s, pads=p)), shape, "float32")
+    _check(_module(shape, "float32", lambda bb, x: relax_ops.avg_pool(bb, x, k, strides=s, pads=p)), shape, "float32")
+
+
+def test_3d():
+    shape = [1, 3, 6, 9, 9]
+    emit = lambda bb, x: relax_ops.max_pool(bb, x, [2, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 1, 1, 1])  # noqa: E731
+    _check(_module(shape, "float32", emit), shape, "float32")
+    emit = lambda bb, x: relax_ops.avg_pool(bb, x, [3, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1], ceil_mode=True)  # noqa: E731
+    _check(_module(shape, "float32", emit), shape, "float32")
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0])
+def test_lp(p):
+    shape = [1, 3, 9, 8]
+    emit = lambda bb, x: relax_ops.lp_pool(bb, x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], p=p)  # noqa: E731
+    _check(_module(shape, "float32", emit), shape, "float32")
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "lp"])
+@pytest.mark.parametrize("shape", [[1, 32, 7, 7], [2, 5, 1, 1], [1, 3, 20]])
+def test_global(kind, shape):
+    _check(_module(shape, "float32", lambda bb, x: relax_ops.global_pool(bb, x, kind)), shape, "float32", nan=kind == "max")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(storage_order=1),
+        dict(index_scope="plane"),
+        dict(index_dtype="int32"),
+    ],
+)
+def test_max_indices(dtype, kw):
+    shape = [2, 3, 9, 10]
+    emit = lambda bb, x: relax_ops.max_pool(bb, x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], return_indices=True, **kw)  # noqa: E731
+    _check(_module(shape, dtype, emit), shape, dtype, nan=True)
+
+
+def test_max_indices_windows_in_padding():
+    shape = [1, 2, 3, 3]
+    emit = lambda bb, x: relax_ops.max_pool(bb, x, [2, 2], strides=[3, 3], pads=[1, 1, 1, 1], return_indices=True)  # noqa: E731
+    _check(_module(shape, "float32", emit), shape, "float32")
+
+
+def test_fused_relu_before_add_after():
+    shape = [1, 8, 14, 14]
+    mod = _module(
+        shape, "float32", max2d([3, 3], [2, 2], [1, 1, 1, 1]),
+        prologue=relax.op.nn.relu, epilogue=lambda y: relax.op.add(y, relax.const(1.5, "float32")),
+    )
+    _check(mod, shape, "float32")
+    mod = _module(
+        shape, "float32", avg2d([3, 3], [1, 1], [1, 1, 1, 1]),
+        prologue=relax.op.nn.relu, epilogue=relax.op.nn.relu,
+    )
+    _check(mod, shape, "float32")
+
+
+def test_tvm_relax_pool_ops_and_avx2():
+    """TVM's own relax.nn pools (legalized to tvm_pool computes), on an AVX2 target."""
+    shape = [1, 4, 12, 12]
+    mod = _module(shape, "float32", lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1], ceil_mode=True)))
+    _check(mod, shape, "float32", target=AVX2)
+
+
+def test_adaptive_if_available():
+    from tvm_pool.compute import adaptive as compute
+    del compute
+    shape = [1, 3, 10, 7]
+    mod = _module(shape, "float32", lambda bb, x: bb.emit(relax.op.nn.adaptive_avg_pool2d(x, [3, 4])))
+    _check(mod, shape, "float32")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12))
+def test_random_sweep(seed):
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(1, 4))
+    k = [int(v) for v in rng.integers(1, 4, rank)]
+    s = [int(v) for v in rng.integers(1, 4, rank)]
+    p = [int(rng.integers(0, kk)) for kk in k] * 2
+    shape = [int(rng.integers(1, 3)), int(rng.integers(1, 5))] + [int(v) for v in rng.integers(max(k), 12, rank)]
+    ceil = bool(rng.integers(0, 2))
+    for dtype in ("float32", "float16", "int8"):
+        emit = lambda bb, x: relax_ops.max_pool(bb, x, k, strides=s, pads=p, ceil_mode=ceil, return_indices=True)  # noqa: E731
+        _check(_module(shape, dtype, emit), shape, dtype, nan=True)
+    emit = lambda bb, x: relax_ops.avg_pool(bb, x, k, strides=s, pads=p, ceil_mode=ceil, count_include_pad=bool(seed % 2))  # noqa: E731
+    _check(_module(shape, "float32", emit), shape, "float32")
