@@ -2,21 +2,25 @@
 
 One rule, :class:`Pool`, for every tvm_pool pooling PrimFunc (max, max with indices, average,
 Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. For each window
-reduction ("main") block with loops ``[lead..., out_last, r...]``:
+reduction ("main") block with loops ``[lead..., out..., r...]``:
 
-1. elementwise producers (relu, ...) are inlined into it;
-2. the innermost output axis is split into vector tiles ``(tile, lane)``; the window loops go
-   between them: ``[lead..., tile, r..., lane]``; all outer output axes (batch, channel, outer
-   spatial) are fused into one parallel loop;
-3. the accumulator lives in registers (``cache_write`` to ``local`` at the tile), initialised by
-   ``decompose_reduction``; ``lane`` is vectorised;
-4. consumers (``*_finalize``, add, relu after) are computed at the tile and vectorised;
-5. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds on
-   the int64 loops Relax produces (a build error for windows that touch padding) and does not
-   terminate on some symbolic extents; the padding predicate stays and LLVM if-converts it.
+1. elementwise producers (relu before the pool, ...) are inlined into it; the padded copy
+   (block kind ``pad``) is not: it is computed per plane (or row) at the parallel loop;
+2. padded value reductions (max / sums, static shapes) take :func:`_schedule_vector_rows`:
+   planes in parallel, a vector tile of outputs in registers (``cache_write`` to ``local``),
+   window taps unrolled, TVM ``vectorize`` on the tile, except for strided 8-bit taps;
+3. everything else (unpadded windows, indices, global pools) takes the row schedule: outer
+   axes fused into one parallel loop, taps unrolled, the innermost output loop left to LLVM's
+   vectoriser (strided taps become wide loads + shuffles there);
+4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop;
+5. symbolic extents (runtime sizes) only parallelise the leading static loops: fusing symbolic
+   loops sends TVM 0.27's simplifier into a loop that does not end on these reductions;
+6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds on
+   the int64 loops Relax produces (a build error for windows that touch padding).
 
+The choices in 2 and 3 come from the benchmark in ``bench/`` (see the README's table).
 Every step is tried at the full level first; a PrimFunc a step cannot handle falls back to a
-lower level (no vectorisation, then parallel only), so the rule never fails a build.
+lower level (no vectorisation, then parallel only), so a rule failure never fails a build.
 The same function schedules one block inside a MetaSchedule schedule
 (:func:`schedule_block`), which :mod:`.meta_schedule` registers as the custom rule.
 """

@@ -2,9 +2,12 @@
 
 Layout: ``data`` is ``[*leading, *spatial]`` where the last ``len(kernel_shape)`` axes are
 spatial (ONNX's N, C, D1..Dn). Geometry comes from :mod:`tvm_pool.spec`; these functions only
-say what each output element is. Padding is never materialised: a tap outside the data is
-skipped by a predicate, so windows that touch padding, windows entirely inside padding and
-ceil-mode overhang all follow from one rule.
+say what each output element is. Value reductions (max, sums) read a padded copy (block kind
+``pad``) holding the reduction's identity in the padding and the ceil-mode overhang, so the
+window loop has no bounds check; schedules compute that copy per plane or row. The argmax
+reduction instead tests each tap's position (an index in the padding must never win a tie).
+Windows that touch padding, windows entirely inside padding and the ceil-mode overhang all
+follow from these two rules.
 """
 
 from __future__ import annotations
