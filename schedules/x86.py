@@ -138,8 +138,11 @@ def _inline_producers(sch: s_tir.Schedule, mains) -> None:
     and elementwise chains after a finalize stage into that stage."""
     others = analysis.other_blocks(sch, mains)
     for rv in others:
-        if analysis.pool_kind(sch.get(rv)) == "pad":
+        kind = analysis.pool_kind(sch.get(rv))
+        if kind == "pad":
             continue  # the padded copy is computed per plane/row, not inlined (see schedule_block)
+        if kind == "widen":
+            continue  # bfloat16 -> float32 ahead of an argmax: inlined, TVM's bf16 legalization breaks
         try:
             sch.compute_inline(rv)
         except (Exception,):

@@ -122,3 +122,24 @@ def test_bfloat16_average_accumulates_in_float32():
     x = np.array([256, 1, 1, 1], dtype=ml_dtypes.bfloat16).reshape(1, 1, 4)
     (y,) = pool("AveragePool", x, kernel_shape=[4])
     assert float(y.reshape(-1)[0]) == float(ml_dtypes.bfloat16(259 / 4))
+
+
+def test_bfloat16_max_pool_with_indices():
+    import ml_dtypes
+
+    x = np.array([1.5, -2, 3.25, 0.5, 7], dtype=ml_dtypes.bfloat16).reshape(1, 1, 5, 1)
+    y, idx = pool("MaxPool", x, outputs=2, kernel_shape=[4, 1], auto_pad="SAME_UPPER")
+    assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(y.astype(np.float32).reshape(-1), [3.25, 3.25, 7, 7, 7])
+    np.testing.assert_array_equal(idx.reshape(-1), [2, 2, 4, 4, 4])
+
+
+def test_average_of_a_window_that_sees_no_data_is_nan():
+    # in 3, k 2, s 3, pads (0, 1), ceil: the second window starts at 3 (padding) and only
+    # reaches the padding; statically a 0 divisor, which must still give NaN, not a compile error
+    x = np.array([1, 2, 3], dtype=np.float32).reshape(1, 1, 3, 1)
+    (y,) = pool("AveragePool", x, 19, kernel_shape=[2, 1], strides=[3, 3], pads=[0, 1, 1, 0], ceil_mode=1)
+    import spec_reference
+
+    want = spec_reference.avg_pool(x, [2, 1], [3, 3], pads=[0, 1, 1, 0], ceil_mode=1)
+    np.testing.assert_array_equal(y, want)

@@ -131,6 +131,18 @@ def max_pool_windows(
     index_dtype: str = "int64",
 ):
     """:func:`max_pool` over already resolved windows."""
+    if return_indices and str(data.dtype) == "bfloat16":
+        # TVM 0.27's bfloat16 legalization breaks on the let-bound (value, index) reducer:
+        # widen to float32 first (exact), reduce there, narrow the values back (exact too).
+        wide = te.compute(data.shape, lambda *i: data[i].astype("float32"), name="widen",
+                          attrs=block_attrs("widen", len(windows)))
+        values, indices = max_pool_windows(
+            wide, windows, return_indices=True, storage_order=storage_order,
+            index_scope=index_scope, index_dtype=index_dtype,
+        )
+        narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="max_pool_value",
+                            attrs=block_attrs("max_index_finalize", len(windows)))
+        return narrow, indices
     rank = len(windows)
     dtype = data.dtype
     out_shape = _out_shape(data, windows)
@@ -333,9 +345,21 @@ def avg_pool(
     divides 0 by 0 (NaN), which is what the specification's formula gives.
     """
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    return _windowed_sum_then(
-        data, windows, "avg", lambda total, count: total / count, count_include_pad
-    )
+    return _windowed_sum_then(data, windows, "avg", _average(windows), count_include_pad)
+
+
+def _average(windows):
+    """sum / count; where a window can see nothing, 0/0 must give NaN at run time, and TVM's
+    simplifier refuses a division by a constant 0, so the empty case is selected explicitly."""
+    if not _may_see_no_data(windows):
+        return lambda total, count: total / count
+
+    def average(total, count):
+        nan = tirx.const(float("nan"), str(count.ty))  # count is already in the accumulation type
+        one = tirx.const(1, str(count.ty))
+        return tirx.Select(count > tirx.const(0, str(count.ty)), total / tirx.max(count, one), nan)
+
+    return average
 
 
 def lp_pool(
