@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 from tvm.ir import Op
 
-from . import compute
+from . import adaptive_legalize, compute
 from .targets import resolve_target
 
 logger = logging.getLogger(__name__)
@@ -56,17 +56,8 @@ def legalize_map() -> dict:
     for rank in (1, 2, 3):
         table[f"relax.nn.max_pool{rank}d"] = _pool_legalizer("max", rank)
         table[f"relax.nn.avg_pool{rank}d"] = _pool_legalizer("avg", rank)
-    table.update(_extra_legalizers())
+    table.update(adaptive_legalize.legalize_entries())  # relax.nn.adaptive_avg_pool{1,2,3}d
     return table
-
-
-def _extra_legalizers() -> dict:
-    """Legalizers contributed by other tvm_pool modules (adaptive pools, ...)."""
-    try:
-        from .adaptive_legalize import legalize_entries  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return {}
-    return legalize_entries()
 
 
 def schedule_passes(target: tvm.target.Target) -> list:

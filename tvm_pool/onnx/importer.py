@@ -16,13 +16,9 @@ import tvm
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
 from ..errors import InvalidModelError, OpContext, UnsupportedError
-from . import average_pool, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401  (register)
+# Importing the converter modules registers them (ONNX domain, then the custom domain tvm_pool).
+from . import average_pool, custom_ops, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401
 from .base import converter_for
-
-try:  # the custom-domain operators (AdaptiveMaxPool, TensorRTPooling, ...)
-    from . import custom_ops  # noqa: F401
-except ImportError:  # pragma: no cover - only while that module is being written
-    pass
 
 # Custom-domain nodes are renamed "<domain>::<op_type>" for the duration of the import, because
 # the base importer passes only the op_type (not the domain) to ``_convert_operator``.
