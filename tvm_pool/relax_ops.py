@@ -25,6 +25,14 @@ from tvm import relax
 from . import compute
 
 
+def _window_pool(bb, fn, name, data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, **extra):
+    """Emit a sliding-window compute: the window arguments in the order the computes take."""
+    return bb.emit_te(
+        fn, data, list(kernel_shape), strides, dilations, pads, auto_pad, bool(ceil_mode), **extra,
+        primfunc_name_hint=f"tvm_pool_{name}",
+    )
+
+
 def max_pool(
     bb: relax.BlockBuilder,
     data: relax.Expr,
@@ -41,20 +49,10 @@ def max_pool(
     index_dtype: str = "int64",
 ) -> relax.Var:
     """Max pooling; ``return_indices`` adds the argmax output (see compute.max_pool)."""
-    return bb.emit_te(
-        compute.max_pool,
-        data,
-        list(kernel_shape),
-        strides,
-        dilations,
-        pads,
-        auto_pad,
-        bool(ceil_mode),
-        return_indices=return_indices,
-        storage_order=storage_order,
-        index_scope=index_scope,
+    return _window_pool(
+        bb, compute.max_pool, "max_pool", data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+        return_indices=return_indices, storage_order=storage_order, index_scope=index_scope,
         index_dtype=index_dtype,
-        primfunc_name_hint="tvm_pool_max_pool",
     )
 
 
@@ -70,17 +68,10 @@ def avg_pool(
     *,
     count_include_pad: bool = False,
 ) -> relax.Var:
-    return bb.emit_te(
-        compute.avg_pool,
-        data,
-        list(kernel_shape),
-        strides,
-        dilations,
-        pads,
-        auto_pad,
-        bool(ceil_mode),
+    """Average pooling (see compute.avg_pool for the divisor)."""
+    return _window_pool(
+        bb, compute.avg_pool, "avg_pool", data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
         count_include_pad=bool(count_include_pad),
-        primfunc_name_hint="tvm_pool_avg_pool",
     )
 
 
@@ -96,17 +87,10 @@ def lp_pool(
     *,
     p: float = 2.0,
 ) -> relax.Var:
-    return bb.emit_te(
-        compute.lp_pool,
-        data,
-        list(kernel_shape),
-        strides,
-        dilations,
-        pads,
-        auto_pad,
-        bool(ceil_mode),
+    """Lp pooling: (sum of |x|^p over the window)^(1/p)."""
+    return _window_pool(
+        bb, compute.lp_pool, "lp_pool", data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
         p=float(p),
-        primfunc_name_hint="tvm_pool_lp_pool",
     )
 
 
