@@ -143,13 +143,12 @@ def max_pool_windows(
         narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="max_pool_value",
                             attrs=block_attrs("max_index_finalize", len(windows)))
         return narrow, indices
+    if not return_indices:
+        return window_max(data, windows)
     rank = len(windows)
     dtype = data.dtype
     out_shape = _out_shape(data, windows)
     lead = len(data.shape) - rank
-
-    if not return_indices:
-        return window_max(data, windows)
 
     spatial_sizes = [w.in_size for w in windows]
     # Reduce in int64 whatever the requested index type: the "no candidate" sentinel needs
@@ -345,21 +344,21 @@ def avg_pool(
     divides 0 by 0 (NaN), which is what the specification's formula gives.
     """
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    return _windowed_sum_then(data, windows, "avg", _average(windows), count_include_pad)
+    return _windowed_sum_then(data, windows, "avg", average(windows), count_include_pad)
 
 
-def _average(windows):
+def average(windows):
     """sum / count; where a window can see nothing, 0/0 must give NaN at run time, and TVM's
     simplifier refuses a division by a constant 0, so the empty case is selected explicitly."""
     if not _may_see_no_data(windows):
         return lambda total, count: total / count
 
-    def average(total, count):
+    def divide(total, count):
         nan = tirx.const(float("nan"), str(count.ty))  # count is already in the accumulation type
         one = tirx.const(1, str(count.ty))
         return tirx.Select(count > tirx.const(0, str(count.ty)), total / tirx.max(count, one), nan)
 
-    return average
+    return divide
 
 
 def lp_pool(
@@ -424,7 +423,7 @@ def global_pool(data: te.Tensor, kind: str, spatial_rank: int | None = None, p: 
     if kind == "max":
         return max_pool_windows(data, windows)
     if kind == "avg":
-        return _windowed_sum_then(data, windows, "avg", lambda total, count: total / count, False)
+        return _windowed_sum_then(data, windows, "avg", average(windows), False)
     if kind == "lp":
         return _lp(data, windows, p)
     raise ValueError(f"unknown global pool kind {kind!r}")

@@ -30,7 +30,7 @@ from tvm import te, tirx
 
 from .. import spec
 from .common import accumulate_dtype, block_attrs, is_float
-from .pool import _out_shape, window_count, window_max, window_sum
+from .pool import _out_shape, average, window_count, window_max, window_sum
 
 POOLING_TYPES = ("MAX", "AVERAGE", "MAX_AVERAGE_BLEND")
 DTYPES = ("float32", "float16", "int8")
@@ -107,6 +107,8 @@ def tensorrt_pool(
     integer = not is_float(dtype)
     blend = float(blend_factor)
 
+    divide = average(windows)  # NaN for a float window that sees nothing (no constant 0 divisor)
+
     def finalize(*out_idx):
         count = window_count(windows, out_idx[lead:], not average_count_excludes_padding).astype(acc)
         if pooling_type == "AVERAGE" and integer:
@@ -123,7 +125,7 @@ def tensorrt_pool(
             mag = tirx.floor((tirx.abs(num) + tirx.const(0.5, "float32") * count) / count)
             rounded = tirx.Select(num < tirx.const(0.0, "float32"), -mag, mag).astype("int32")
             return _saturate(rounded, dtype)
-        avg = total[out_idx] / count.astype(acc)
+        avg = divide(total[out_idx], count.astype(acc))
         if pooling_type == "MAX_AVERAGE_BLEND":
             avg = tirx.const(1.0 - blend, acc) * maxed[out_idx].astype(acc) + tirx.const(blend, acc) * avg
         return avg.astype(dtype)
