@@ -21,6 +21,7 @@ from tvm import s_tir, tirx
 KIND_ATTR = "tvm_pool.kind"
 SCHEDULE_RULE_ATTR = "schedule_rule"
 SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
+PASS_AXIS_ATTR = "tvm_pool.pass_axis"
 TOPI_POOL_RULES = (
     "meta_schedule.pool_max",
     "meta_schedule.pool_avg",
@@ -118,9 +119,40 @@ def _has_root(sch) -> bool:
         return False
 
 
-def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock]) -> list:
-    """Every root-level block that is not a main block, in program order."""
+@dataclass
+class PassChain:
+    """A separable window reduction: one elementwise pass per windowed axis (annotated
+    ``tvm_pool.pass_axis``), each reading the one before; the last pass is the pool's result."""
+
+    passes: list  # SBlockRVs, first pass first
+    axes: list  # the spatial axis each pass reduces
+    spatial_rank: int
+
+
+def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
+    """The separable window reductions of ``sch``'s function, in program order."""
+    blocks = [rv for rv in _all_blocks(sch) if PASS_AXIS_ATTR in block_annotations(sch.get(rv))]
+    names = {sch.get(rv).name_hint for rv in blocks}
+    chains = []
+    for rv in blocks:
+        # a chain ends at a pass that no other pass reads
+        if any(sch.get(c).name_hint in names for c in sch.get_consumers(rv)):
+            continue
+        chain = [rv]
+        while True:
+            prev = [p for p in sch.get_producers(chain[0]) if sch.get(p).name_hint in names]
+            if not prev:
+                break
+            chain.insert(0, prev[0])
+        ann = [block_annotations(sch.get(b)) for b in chain]
+        chains.append(PassChain(chain, [int(a[PASS_AXIS_ATTR]) for a in ann], int(ann[-1][SPATIAL_RANK_ATTR])))
+    return chains
+
+
+def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock], chains: list[PassChain] = ()) -> list:
+    """Every root-level block that is neither a main block nor a pass, in program order."""
     main_names = {sch.get(m.rv).name_hint for m in mains}
+    main_names |= {sch.get(rv).name_hint for c in chains for rv in c.passes}
     return [rv for rv in _all_blocks(sch) if sch.get(rv).name_hint not in main_names]
 
 

@@ -7,8 +7,8 @@ blocks are annotated ``tvm_pool.<kind>``; TOPI's ``meta_schedule.pool_max`` / ``
 
 Each registered rule schedules a window-reduction block with :func:`.x86.schedule_block` and
 returns one schedule per vector-tile choice (a small design space tuning can start from);
-elementwise stages (``*_finalize``) return the schedule unchanged: the reduction's rule computes
-them at its tile.
+elementwise stages (``*_finalize``, the first passes of a separable reduction) return the
+schedule unchanged: the reduction's rule (its last pass's, for a separable one) places them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ CPU_KINDS = (
     "trt_max", "trt_avg_sum", "trt_lp_sum",
 )
 ELEMENTWISE_KINDS = (
+    "max_pass", "avg_sum_pass", "lp_sum_pass", "trt_max_pass", "trt_avg_sum_pass", "trt_lp_sum_pass",
     "max_index_finalize", "avg_finalize", "lp_finalize",
     "adaptive_max_index_finalize", "adaptive_avg_finalize", "trt_finalize",
 )
@@ -33,13 +34,18 @@ _PREFIX = "s_tir.meta_schedule.cpu."
 
 def _cpu_rule(sch: s_tir.Schedule, block) -> list:
     target = tvm.target.Target.current(allow_none=True) or tvm.target.Target({"kind": "llvm"})
-    if not analysis.is_reduction(sch.get(block)):
+    name = sch.get(block).name_hint
+    chain = next((c for c in analysis.pass_chains(sch) if sch.get(c.passes[-1]).name_hint == name), None)
+    if chain is None and not analysis.is_reduction(sch.get(block)):
         return [sch]
     spaces = []
     for level in (x86.FULL, x86.NO_VECTOR):
         candidate = sch.copy()
         try:
-            x86.schedule_block(candidate, block, target, level)
+            if chain is not None:  # the last pass of a separable reduction schedules its chain
+                x86.schedule_pass_chain(candidate, chain, target, level)  # rvs survive copy()
+            else:
+                x86.schedule_block(candidate, block, target, level)
         except (Exception,):
             continue
         spaces.append(candidate)

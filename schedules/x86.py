@@ -113,7 +113,7 @@ class Pool(ScheduleRule):
         if not isinstance(func, tirx.PrimFunc) or not is_x86(target):
             return None
         probe = s_tir.Schedule(func)
-        if not analysis.main_blocks(probe):
+        if not analysis.main_blocks(probe) and not analysis.pass_chains(probe):
             return None
         for level in (FULL, NO_VECTOR, PARALLEL_ONLY):
             sch = s_tir.Schedule(func)
@@ -127,16 +127,19 @@ class Pool(ScheduleRule):
 
 def schedule_function(sch: s_tir.Schedule, target: Target, level: int = FULL) -> None:
     """Schedule every pooling reduction of the function in ``sch`` (and its fused blocks)."""
-    mains = analysis.main_blocks(sch)
-    _inline_producers(sch, mains)
+    _inline_producers(sch)
     for main in analysis.main_blocks(sch):
         schedule_block(sch, main.rv, target, level)
+    for chain in analysis.pass_chains(sch):
+        schedule_pass_chain(sch, chain, target, level)
 
 
-def _inline_producers(sch: s_tir.Schedule, mains) -> None:
+def _inline_producers(sch: s_tir.Schedule) -> None:
     """Inline elementwise producers (relu before the pool, TOPI's pad_temp) into their readers,
-    and elementwise chains after a finalize stage into that stage."""
-    others = analysis.other_blocks(sch, mains)
+    and elementwise chains after a finalize stage into that stage (or into a separable
+    reduction's last pass)."""
+    mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
+    others = analysis.other_blocks(sch, mains, chains)
     for rv in others:
         kind = analysis.pool_kind(sch.get(rv))
         if kind == "pad":
@@ -147,7 +150,7 @@ def _inline_producers(sch: s_tir.Schedule, mains) -> None:
             sch.compute_inline(rv)
         except (Exception,):
             pass
-    for rv in reversed(analysis.other_blocks(sch, analysis.main_blocks(sch))):
+    for rv in reversed(analysis.other_blocks(sch, analysis.main_blocks(sch), analysis.pass_chains(sch))):
         try:
             sch.reverse_compute_inline(rv)
         except (Exception,):
@@ -319,6 +322,94 @@ def _schedule_vector_rows(sch, block, target, lead, out, reduce_loops, reduce_ex
 
 
 _MAX_UNROLLED_TAPS = 64
+# Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
+_MAX_VECTOR_ROW = 1024
+
+
+def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int = FULL) -> None:
+    """A separable window reduction (one elementwise pass per windowed axis)::
+
+        parallel planes (batch x channels; the outer output axis too when planes are few)
+          for out[axes[0]]
+            pass 0 over the padded rows it needs      # padding inlined: the only bounds check
+              vector row (TVM vectorize, contiguous)
+            for out[axes[1]] ...                      # each pass at the loop of its axis
+              last pass, innermost output loop        # LLVM vectorises (strided taps: shuffles)
+              consumers (finalize, add, relu)         # inlined into the last pass
+
+    Measured on ResNet's 3x3 stride-2 stem: 2.7x faster than the direct 9-tap reduction."""
+    final = chain.passes[-1]
+    loops = sch.get_loops(final)
+    rank = chain.spatial_rank
+    lead, out = list(loops[: len(loops) - rank]), list(loops[len(loops) - rank :])
+    extents = [_loop_extent(sch, l) for l in loops]
+    if any(e is None for e in extents):
+        raise ValueError("separable passes need static shapes")
+    planes = _product(extents[: len(lead)]) or 1
+    par_loops = list(lead)
+    if planes < 4 * num_threads(target) and len(out) > 1:
+        par_loops.append(out[0])
+    if not par_loops:
+        par_loops = [out[0]]
+    par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
+    sch.parallel(par)
+    loop_of_axis = {i: (par if out[i] in par_loops else out[i]) for i in range(rank)}
+    if par_loops and par_loops[-1] in out:  # out[0] fused into par
+        loop_of_axis[out.index(par_loops[-1])] = par
+    for block, axis in reversed(list(zip(chain.passes[:-1], chain.axes[:-1]))):
+        sch.compute_at(block, loop_of_axis[axis], preserve_unit_loops=True)
+    for p in sch.get_producers(chain.passes[0]):
+        if analysis.pool_kind(sch.get(p)) != "pad":
+            continue
+        pad_block = sch.get(p)
+        if any(analysis.region_dtype(r) == "bfloat16" for r in pad_block.reads):
+            # TVM 0.27's bfloat16 legalization turns a vectorised bf16 -> f32 widening inside
+            # if_then_else into a numeric uint16 cast: keep the widening copy per plane.
+            sch.compute_at(p, par)
+        elif _plane_bytes(pad_block, rank) <= _PLANE_COPY_BYTES:
+            # A small padded plane stays in L1: one copy per plane, then no bounds checks.
+            sch.compute_at(p, par)
+        else:
+            # A large one would not: the bounds checks go into the first pass's rows instead.
+            sch.compute_inline(p)
+    consumers = _consumers_chain(sch, final)
+    if consumers and len(out) > 1:
+        for c in consumers:
+            sch.reverse_compute_at(c, loop_of_axis[rank - 2])
+    if level < FULL:
+        return
+    for block in chain.passes[:-1]:
+        _vectorize_row(sch, sch.get_loops(block)[-1])
+
+
+# Padded planes up to this size are copied per plane (L1 is 32-48 KB on current x86 cores).
+# Measured (1 thread): 28x28 3x3 s1 0.059 ms with the copy vs 0.24 ms with the checks inlined,
+# 56x56 3x3 s1 avg 0.039 vs 0.058; 112x112 3x3 s2 (51 KB) 0.118 vs 0.079.
+_PLANE_COPY_BYTES = 32 * 1024
+
+
+def _plane_bytes(block, rank: int) -> int:
+    extents = [_as_int(iv.dom.extent) for iv in block.iter_vars[-rank:]]
+    bits = _dtype_bits(analysis.region_dtype(block.writes[0]))
+    return (_product(extents) or 1 << 40) * bits // 8
+
+
+def _as_int(x):
+    return int(x) if isinstance(x, tirx.IntImm) else None
+
+
+def _vectorize_row(sch, loop) -> None:
+    """TVM-vectorise a contiguous pass row: whole when it is short, else in equal chunks."""
+    extent = _loop_extent(sch, loop)
+    if extent is None or extent < 2:
+        return
+    if extent <= _MAX_VECTOR_ROW:
+        sch.vectorize(loop)
+        return
+    for chunk in range(512, 63, -1):
+        if extent % chunk == 0:
+            sch.vectorize(sch.split(loop, [None, chunk])[1])
+            return
 
 
 def _product(values):

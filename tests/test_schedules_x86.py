@@ -128,7 +128,9 @@ def test_meta_schedule_rules_registered():
     assert tvm.get_global_func("s_tir.meta_schedule.cpu.meta_schedule.pool_max") is not None
 
 
-def test_meta_schedule_rule_returns_space():
+@pytest.mark.parametrize("kernel,stride,pads", [([3, 3], [2, 2], [1, 1, 1, 1]), ([2, 2], [2, 2], [0, 0, 0, 0])])
+def test_meta_schedule_rule_returns_space(kernel, stride, pads):
+    """The custom rule schedules both forms: separable passes (3x3 s2) and the direct reduction."""
     from tvm import te  # pylint: disable=import-outside-toplevel
 
     from tvm_pool import compute  # pylint: disable=import-outside-toplevel
@@ -136,12 +138,55 @@ def test_meta_schedule_rule_returns_space():
 
     register_meta_schedule_rules()
     x = te.placeholder((1, 4, 9, 9), "float32", name="x")
-    y = compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])
+    y = compute.max_pool(x, kernel, stride, None, pads)
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     rule = tvm.get_global_func("s_tir.meta_schedule.cpu.tvm_pool.max")
     with tvm.target.Target(AVX512):
         spaces = rule(sch, sch.get_sblock("max_pool"))
     assert len(spaces) >= 1
+    assert all("T.parallel" in space.mod["main"].script() for space in spaces)
+
+
+def test_separable_passes_chosen():
+    """Overlapping windows reduce axis by axis; non-overlapping and over-long ones directly."""
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+    from tvm_pool.schedules import analysis  # pylint: disable=import-outside-toplevel
+
+    def chains(kernel, stride, shape=(1, 2, 40, 40)):
+        x = te.placeholder(shape, "float32", name="x")
+        y = compute.max_pool(x, kernel, stride, None, [0] * (2 * len(kernel)))
+        return analysis.pass_chains(s_tir.Schedule(te.create_prim_func([x, y])))
+
+    (chain,) = chains([3, 3], [2, 2])
+    assert chain.axes == [0, 1]
+    (chain,) = chains([1, 3, 3], [1, 2, 2], shape=(1, 2, 4, 20, 20))
+    assert chain.axes == [1, 2]  # the 1-tap axis has no pass
+    assert chains([2, 2], [2, 2]) == []  # no overlap: the direct reduction reads each input once
+    assert chains([3, 1], [1, 1]) == []  # one windowed axis: nothing to separate
+    assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_separable_random(seed):
+    """Random separable geometries (rank 2-3, dilations, ceil, pads) for max and average."""
+    rng = np.random.default_rng(100 + seed)
+    rank = 2 + seed % 2
+    k = [int(v) for v in rng.integers(1, 5, rank)]
+    k[-1] = max(k[-1], 2)
+    k[-2] = max(k[-2], 2)
+    s = [int(v) for v in rng.integers(1, 3, rank)]
+    d = [int(v) for v in rng.integers(1, 3, rank)]
+    p = [int(rng.integers(0, kk)) for kk in k] + [int(rng.integers(0, kk)) for kk in k]
+    shape = [1, int(rng.integers(1, 4))] + [int(v) for v in rng.integers(2 * max(k), 14, rank)]
+    ceil = bool(rng.integers(0, 2))
+    dtype = ["float32", "float16", "int8", "bfloat16"][seed % 4]
+    emit = lambda bb, x: relax_ops.max_pool(bb, x, k, strides=s, dilations=d, pads=p, ceil_mode=ceil)  # noqa: E731
+    _check(_module(shape, dtype, emit), shape, dtype, nan=True)
+    emit = lambda bb, x: relax_ops.avg_pool(  # noqa: E731
+        bb, x, k, strides=s, dilations=d, pads=p, ceil_mode=ceil, count_include_pad=bool(seed % 3 == 0))
+    _check(_module(shape, "float32", emit), shape, "float32")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ from tvm import te, tirx
 KIND_ATTR = "tvm_pool.kind"
 SCHEDULE_RULE_ATTR = "schedule_rule"
 SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
+#  - "tvm_pool.pass_axis": on the passes of a separable window reduction, the spatial axis
+#    the pass reduces (see compute.pool.separable)
+PASS_AXIS_ATTR = "tvm_pool.pass_axis"
 
 # Index value of a window that saw no data (a window entirely inside padding).
 NO_INDEX = -1
@@ -60,11 +63,34 @@ def is_nan(x):
     return tirx.isnan(x)
 
 
+def max_of(a, b, dtype: str):
+    """max(a, b); for floats NaN propagates (IEEE-754 ``maximum``), the choice in
+    docs/conformance.md."""
+    if not is_float(dtype):
+        return tirx.max(a, b)
+    return tirx.Select(tirx.any(a > b, is_nan(a)), a, b)
+
+
+def max_of_all(values, dtype: str):
+    """The NaN-propagating max of ``values`` naming each value once in the max and once in a
+    NaN test, so a chain of taps stays linear in size (a fold of :func:`max_of` names each
+    partial result twice: 3^taps nodes, and minutes in TVM's passes at 7 taps)."""
+    result = values[0]
+    for v in values[1:]:
+        result = tirx.max(result, v)
+    if not is_float(dtype):
+        return result
+    any_nan = is_nan(values[0])
+    for v in values[1:]:
+        any_nan = tirx.Or(any_nan, is_nan(v))
+    return tirx.Select(any_nan, tirx.const(float("nan"), dtype), result)
+
+
 def nan_max_reducer(dtype: str):
-    """max that propagates NaN (IEEE-754 ``maximum``), the choice in docs/conformance.md."""
+    """The reducer form of :func:`max_of` for floats."""
 
     def combine(a, b):
-        return tirx.Select(tirx.any(a > b, is_nan(a)), a, b)
+        return max_of(a, b, dtype)
 
     def identity(t):
         return max_identity(t)
