@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
+from tvm import runtime, s_tir, tirx
 
 KIND_ATTR = "tvm_pool.kind"
 SCHEDULE_RULE_ATTR = "schedule_rule"
@@ -72,6 +72,17 @@ def region_dtype(region) -> str:
     if hasattr(region, "buffer"):
         return str(region.buffer.dtype)
     return str(region.source.ty.dtype)
+
+
+def region_bytes(region):
+    """Bytes of the whole buffer a read/write region touches (None when symbolic)."""
+    buf = region.buffer if hasattr(region, "buffer") else region.source.ty
+    total = max(runtime.DataType(str(buf.dtype)).bits // 8, 1)
+    for dim in buf.shape:
+        if not isinstance(dim, tirx.IntImm):
+            return None
+        total *= int(dim)
+    return total
 
 
 def _extent(dom):

@@ -347,6 +347,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     final = chain.passes[-1]
     loops = sch.get_loops(final)
     rank = chain.spatial_rank
+    source_bytes = analysis.region_bytes(sch.get(chain.passes[0]).reads[0])
     lead, out = list(loops[: len(loops) - rank]), list(loops[len(loops) - rank :])
     extents = [_loop_extent(sch, l) for l in loops]
     if any(e is None for e in extents):
@@ -358,7 +359,8 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     if not par_loops:
         par_loops = [out[0]]
     par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
-    sch.parallel(par)
+    if source_bytes is None or source_bytes >= _MIN_PARALLEL_BYTES:
+        sch.parallel(par)
     loop_of_axis = {i: (par if out[i] in par_loops else out[i]) for i in range(rank)}
     if par_loops and par_loops[-1] in out:  # out[0] fused into par
         loop_of_axis[out.index(par_loops[-1])] = par
@@ -384,12 +386,25 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             sch.reverse_compute_at(c, loop_of_axis[rank - 2])
     if level < FULL:
         return
-    # Every pass row, the last one included, is TVM-vectorised whole: strided taps of the last
-    # pass become gathers from a row already in L1, and measured faster than LLVM's vectoriser
-    # (3x3 s2 on 112x112: 0.049 vs 0.076 ms; 3x3 s1 on 28x28: 0.035 vs 0.062 ms, 1 thread).
-    for block in chain.passes:
+    # Pass rows are TVM-vectorised whole. The last pass's strided taps then become gathers
+    # from a row in L1: faster than LLVM's vectoriser (shuffles) while the data is in cache
+    # (1 thread, 3x3 s2 on 112x112: 0.049 vs 0.076 ms; 3x3 s1 on 28x28: 0.035 vs 0.062 ms),
+    # not once it streams from DRAM, where the microcoded gathers compete with the loads of the
+    # next rows (batch 32, 2 threads, 4 interleaved runs each: median 4.1 vs 3.6 ms; DRAM
+    # timings on this machine vary by 2x run to run). Out-of-cache inputs keep LLVM's last pass.
+    in_cache = source_bytes is not None and source_bytes <= _IN_CACHE_BYTES
+    for block in chain.passes if in_cache else chain.passes[:-1]:
         _vectorize_row(sch, sch.get_loops(block)[-1])
 
+
+# Smaller inputs run on one thread: waking and joining the workers costs more than the second
+# thread saves (ResNet's 2048x7x7 global average: 0.0104 ms on 2 threads, 0.0071 ms on one;
+# a 600 KB 3x3 pool still gains 1.7x from the second thread).
+_MIN_PARALLEL_BYTES = 512 * 1024
+
+# Inputs up to this size are treated as cache-resident (the last-level cache is 16-32 MB on
+# current x86 servers; a pooling benchmark or a network layer re-reads warm data).
+_IN_CACHE_BYTES = 16 * 1024 * 1024
 
 # Padded planes up to this size are copied per plane (L1 is 32-48 KB on current x86 cores).
 # Measured (1 thread): 28x28 3x3 s1 0.059 ms with the copy vs 0.24 ms with the checks inlined,

@@ -137,7 +137,7 @@ def test_meta_schedule_rule_returns_space(kernel, stride, pads):
     from tvm_pool.schedules import register_meta_schedule_rules  # pylint: disable=import-outside-toplevel
 
     register_meta_schedule_rules()
-    x = te.placeholder((1, 4, 9, 9), "float32", name="x")
+    x = te.placeholder((1, 64, 56, 56), "float32", name="x")  # large enough to run in parallel
     y = compute.max_pool(x, kernel, stride, None, pads)
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     rule = tvm.get_global_func("s_tir.meta_schedule.cpu.tvm_pool.max")
@@ -166,6 +166,19 @@ def test_separable_passes_chosen():
     assert chains([2, 2], [2, 2]) == []  # no overlap: the direct reduction reads each input once
     assert chains([3, 1], [1, 1]) == []  # one windowed axis: nothing to separate
     assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        [1, 2, 100, 100],  # padded plane over 32 KB: bounds checks inlined into the first pass
+        [1, 64, 56, 56],  # over 512 KB: planes in parallel
+        [2, 64, 182, 182],  # over 16 MB: out of cache, LLVM vectorises the last pass
+    ],
+)
+def test_separable_schedule_regimes(shape):
+    _check(_module(shape, "float32", max2d([3, 3], [2, 2], [1, 1, 1, 1])), shape, "float32", nan=True)
+    _check(_module(shape, "float32", avg2d([3, 3], [1, 1], [1, 1, 1, 1])), shape, "float32")
 
 
 @pytest.mark.parametrize("seed", range(8))
