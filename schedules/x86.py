@@ -1,28 +1,37 @@
 """x86-64 CPU schedule for pooling (AVX2 / AVX-512 picked from the target's mcpu/mattr).
 
 One rule, :class:`Pool`, for every tvm_pool pooling PrimFunc (max, max with indices, average,
-Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. For each window
-reduction ("main") block with loops ``[lead..., out..., r...]``:
+Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. Two shapes of compute
+reach it:
 
-1. elementwise producers (relu before the pool, ...) are inlined into it; the padded copy
-   (block kind ``pad``) is not: it is computed per plane (or row) at the parallel loop;
-2. padded value reductions (max / sums, static shapes) take :func:`_schedule_vector_rows`:
-   planes in parallel, a vector tile of outputs in registers (``cache_write`` to ``local``),
-   window taps unrolled, TVM ``vectorize`` on the tile, except for strided 8-bit taps;
-3. everything else (unpadded windows, indices, global pools) takes the row schedule: outer
-   axes fused into one parallel loop, taps unrolled, the innermost output loop left to LLVM's
-   vectoriser (strided taps become wide loads + shuffles there);
-4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop;
-5. symbolic extents (runtime sizes) only parallelise the leading static loops: fusing symbolic
-   loops sends TVM 0.27's simplifier into a loop that does not end on these reductions;
-6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds on
-   the int64 loops Relax produces (a build error for windows that touch padding).
+* **separable passes** (``tvm_pool.pass_axis`` blocks, see ``compute.pool.separable``): the
+  overlapping and single-axis windows, reduced one axis at a time. :func:`schedule_pass_chain`
+  runs planes in parallel, each pass at the loop of the axis it reduces, every pass row as one
+  TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large).
+  This is where the speed of the common pools (3x3 stride 1 and 2, global average, 3-D, 1-D)
+  comes from.
+* **window reductions** (a block with reduction iterators: indices, non-overlapping 2x2,
+  adaptive, symbolic sizes, long windows) with loops ``[lead..., out..., r...]``:
 
-The choices in 2 and 3 come from the benchmark in ``bench/`` (see the README's table).
-Every step is tried at the full level first; a PrimFunc a step cannot handle falls back to a
-lower level (no vectorisation, then parallel only), so a rule failure never fails a build.
-The same function schedules one block inside a MetaSchedule schedule
-(:func:`schedule_block`), which :mod:`.meta_schedule` registers as the custom rule.
+  1. elementwise producers (relu before the pool, ...) are inlined into it; the padded copy
+     (block kind ``pad``) is not: it is computed per plane (or row) at the parallel loop;
+  2. padded value reductions (static shapes) take :func:`_schedule_vector_rows`: planes in
+     parallel, a vector tile of outputs in registers (``cache_write`` to ``local``), window
+     taps unrolled, TVM ``vectorize`` on the tile, except for strided 8-bit taps;
+  3. everything else takes the row schedule: outer axes fused into one parallel loop, taps
+     unrolled, the innermost output loop left to LLVM's vectoriser;
+  4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop;
+  5. symbolic extents (runtime sizes) only parallelise the leading static loops: fusing
+     symbolic loops sends TVM 0.27's simplifier into a loop that does not end on these
+     reductions;
+  6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds
+     on the int64 loops Relax produces (a build error for windows that touch padding).
+
+The choices come from the benchmark in ``bench/`` (see the README's table); the constants
+below say what was measured. Every step is tried at the full level first; a PrimFunc a step
+cannot handle falls back to a lower level (no vectorisation, then parallel only), so a rule
+failure never fails a build. The same functions schedule one block inside a MetaSchedule
+schedule, which :mod:`.meta_schedule` registers as the custom rule.
 """
 
 from __future__ import annotations
@@ -380,10 +389,9 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
         else:
             # A large one would not: the bounds checks go into the first pass's rows instead.
             sch.compute_inline(p)
-    consumers = _consumers_chain(sch, final)
-    if consumers and len(out) > 1:
-        for c in consumers:
-            sch.reverse_compute_at(c, loop_of_axis[rank - 2])
+    row = loop_of_axis[rank - 2] if rank > 1 else par
+    for c in _consumers_chain(sch, final):
+        sch.reverse_compute_at(c, row)
     if level < FULL:
         return
     # Pass rows are TVM-vectorised whole. The last pass's strided taps then become gathers
@@ -392,8 +400,9 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     # not once it streams from DRAM, where the microcoded gathers compete with the loads of the
     # next rows (batch 32, 2 threads, 4 interleaved runs each: median 4.1 vs 3.6 ms; DRAM
     # timings on this machine vary by 2x run to run). Out-of-cache inputs keep LLVM's last pass.
-    in_cache = source_bytes is not None and source_bytes <= _IN_CACHE_BYTES
-    for block in chain.passes if in_cache else chain.passes[:-1]:
+    # A single pass reads the data itself, not a row in L1: LLVM's vectoriser keeps it too.
+    gather_last = source_bytes is not None and source_bytes <= _IN_CACHE_BYTES and len(chain.passes) > 1
+    for block in chain.passes if gather_last else chain.passes[:-1]:
         _vectorize_row(sch, sch.get_loops(block)[-1])
 
 

@@ -164,7 +164,10 @@ def test_separable_passes_chosen():
     (chain,) = chains([1, 3, 3], [1, 2, 2], shape=(1, 2, 4, 20, 20))
     assert chain.axes == [1, 2]  # the 1-tap axis has no pass
     assert chains([2, 2], [2, 2]) == []  # no overlap: the direct reduction reads each input once
-    assert chains([3, 1], [1, 1]) == []  # one windowed axis: nothing to separate
+    (chain,) = chains([3, 1], [1, 1])  # one windowed axis: a single pass
+    assert chain.axes == [0]
+    (chain,) = chains([4], [4], shape=(1, 2, 40))
+    assert chain.axes == [0]
     assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS
 
 

@@ -301,7 +301,7 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None) -
 
 
 # Separable windows: a box window's max (or sum) is the max over one axis of the max over the
-# next, so the reduction runs as one pass per windowed axis, outermost first. For 3x3 stride 2
+# next, so the reduction can run as one pass per windowed axis, outermost first. For 3x3 stride 2
 # that is a vertical pass over whole padded rows (contiguous loads, every column once) and a
 # horizontal pass over one short row, instead of 9 strided taps per output; overlapping
 # windows share the vertical pass. Passes are short expressions (no reduction loop), which
@@ -310,18 +310,23 @@ MAX_PASS_TAPS = 16
 
 
 def separable(windows) -> bool:
-    """Whether :func:`window_max` / :func:`window_sum` reduce axis by axis: static geometry, at
-    least two windowed axes of at most :data:`MAX_PASS_TAPS` taps each, and windows that
-    overlap along the innermost windowed axis (otherwise the direct reduction reads each
-    input once already; measured faster for 2x2 stride 2)."""
-    if len(windows) < 2:
-        return False
+    """Whether :func:`window_max` / :func:`window_sum` reduce axis by axis (one pass per
+    windowed axis): static geometry, at most :data:`MAX_PASS_TAPS` taps per axis, and either
+
+    - one windowed axis: a single pass, the taps as one expression, which LLVM vectorises
+      better than a reduction loop (1-D k4 s4 over 128x16000: 0.099 vs 0.13 ms, 1 thread); or
+    - windows overlapping along the innermost windowed axis, so the passes share work.
+
+    Non-overlapping windows over several axes (2x2 stride 2) keep the direct reduction, which
+    reads each input once already."""
     for w in windows:
         if isinstance(w.kernel, tirx.Expr) or not spec.is_static(w.in_size, w.out_size, w.pad_begin):
             return False
         if w.kernel > MAX_PASS_TAPS:
             return False
     windowed = [w for w in windows if w.kernel > 1]
+    if len(windowed) == 1:
+        return True
     if len(windowed) < 2:
         return False
     inner = windowed[-1]
