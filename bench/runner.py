@@ -32,6 +32,7 @@ class Workload:
     dtype: str = "float32"
     indices: bool = False
     large: bool = False  # out of cache: the copy limit matters
+    fused: bool = False  # Relu before the pool and Add (a per-channel bias) after
 
 
 def workloads(quick: bool) -> list[Workload]:
@@ -61,6 +62,8 @@ def workloads(quick: bool) -> list[Workload]:
                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="int8"),
         Workload("maxpool_fp16", "fp16 stem", "MaxPool", [1, 64, 112, 112],
                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="float16"),
+        Workload("fused_relu_pool_add", "Relu -> 3x3 s2 MaxPool -> Add", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), fused=True),
     ]
     if quick:
         keep = {"resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8"}
@@ -85,16 +88,29 @@ def build_model(w: Workload):
     from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
 
     outs = ["y", "i"] if w.indices else ["y"]
-    node = helper.make_node(w.op, ["x"], outs, **w.attrs)
+    nodes, inits = [helper.make_node(w.op, ["x"], outs, **w.attrs)], []
+    if w.fused:
+        nodes = [
+            helper.make_node("Relu", ["x"], ["x_relu"]),
+            helper.make_node(w.op, ["x_relu"], ["pooled"], **w.attrs),
+            helper.make_node("Add", ["pooled", "bias"], ["y"]),
+        ]
+        inits = [helper.make_tensor("bias", _onnx_dtype(w.dtype), [w.shape[1]] + [1] * (len(w.shape) - 2),
+                                    fused_bias(w).ravel().tolist())]
     x = helper.make_tensor_value_info("x", _onnx_dtype(w.dtype), w.shape)
     ys = [helper.make_tensor_value_info("y", _onnx_dtype(w.dtype), None)]
     if w.indices:
         ys.append(helper.make_tensor_value_info("i", TensorProto.INT64, None))
-    graph = helper.make_graph([node], w.name, [x], ys)
+    graph = helper.make_graph(nodes, w.name, [x], ys, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
     model = onnx.shape_inference.infer_shapes(model)
     model.ir_version = 10  # onnxruntime 1.31 refuses IR 14
     return model
+
+
+def fused_bias(w: Workload) -> np.ndarray:
+    """The per-channel bias a fused workload adds after the pool (shape C x 1 x ... x 1)."""
+    return np.linspace(-1.0, 1.0, w.shape[1]).astype(w.dtype).reshape([w.shape[1]] + [1] * (len(w.shape) - 2))
 
 
 def make_input(w: Workload) -> np.ndarray:
@@ -209,6 +225,9 @@ def peer_torch(model, x, threads, w: Workload = None):
             fn = getattr(F, f"avg_pool{rank}d")
             kw["count_include_pad"] = bool(a.get("count_include_pad", 0))
         call = lambda: fn(t, **kw)  # noqa: E731
+        if w.fused:
+            bias = torch.from_numpy(fused_bias(w))
+            call = lambda: fn(torch.relu(t), **kw) + bias  # noqa: E731
     try:
         call()
     except Exception as err:  # pylint: disable=broad-except

@@ -258,16 +258,14 @@ def _padded_access(padded_data, windows, offsets, out_idx, rvars):
 def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool") -> te.Tensor:
     """The max over each window's data taps (NaN propagates; no data gives the max identity)."""
     dtype = data.dtype
-    source, offsets = padded(data, windows, max_identity(dtype))
     if separable(windows):
-        # float16/bfloat16 passes run in float32: exact (widening is lossless and a max returns
-        # one of its operands), x86 has no half-precision arithmetic anyway, and TVM's bfloat16
-        # legalization cannot retype the passes' let-bound operands.
-        # The widening happens in the padded copy, ahead of any let-bound operand.
+        # float16/bfloat16 passes run in float32, widened once in the padded copy: exact
+        # (widening is lossless and a max returns one of its operands), and x86 has no
+        # half-precision arithmetic to run them in anyway.
         work = "float32" if dtype in ("float16", "bfloat16") else dtype
-        if work != dtype:
-            source, offsets = padded(data, windows, max_identity(work), dtype=work)
+        source, offsets = padded(data, windows, max_identity(work), dtype=work)
         return _axis_passes(source, offsets, windows, lambda taps: max_of_all(taps, work), None, kind, name, dtype)
+    source, offsets = padded(data, windows, max_identity(dtype))
     reducer = nan_max_reducer(dtype) if is_float(dtype) else te.max
 
     def value(*out_idx):
@@ -278,24 +276,20 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
 
 
 def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None) -> te.Tensor:
-    """The sum over each window's data taps in the accumulation type (padding adds 0)."""
+    """The sum over each window's data taps in the accumulation type (padding adds 0;
+    ``map_input`` maps each tap first, e.g. |x|^p, and must map 0 to 0)."""
     acc = accumulate_dtype(data.dtype)
-    source, offsets = padded(data, windows, 0)
-
-    def tap_value(x):
-        x = x.astype(acc)
-        return map_input(x) if map_input is not None else x  # |0|^p = 0: padding adds nothing
-
     if separable(windows):
-        # The conversion to the accumulation type happens in the padded copy, ahead of the
-        # let-bound operands (TVM's bfloat16 legalization cannot retype those).
+        # The padded copy converts to the accumulation type once; the passes add in it.
         source, offsets = padded(data, windows, 0, dtype=acc)
-        lp_map = (lambda x: map_input(x)) if map_input is not None else None
-        return _axis_passes(source, offsets, windows, lambda taps: reduce(lambda a, b: a + b, taps), lp_map, kind, name)
+        add_all = lambda taps: reduce(lambda a, b: a + b, taps)  # noqa: E731
+        return _axis_passes(source, offsets, windows, add_all, map_input, kind, name)
+    source, offsets = padded(data, windows, 0)
 
     def value(*out_idx):
         rvars = _reduce_axes(windows)
-        return te.sum(tap_value(_padded_access(source, windows, offsets, out_idx, rvars)), axis=rvars)
+        x = _padded_access(source, windows, offsets, out_idx, rvars).astype(acc)
+        return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
 
     return te.compute(_out_shape(data, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
 
@@ -335,14 +329,15 @@ def separable(windows) -> bool:
 
 def _axis_passes(source, offsets, windows, combine, tap_value, kind, name, out_dtype=None):
     """One pass per windowed axis over ``source`` (the padded data); ``combine`` reduces the list
-    of a window's taps along one axis to one value. Pass ``j`` reduces axis
-    ``axes[j]``; its shape has output sizes on the axes reduced so far (and on 1-tap axes,
-    which the first pass maps), padded sizes on the rest. The last pass is the pool's result
-    (cast to ``out_dtype`` when given)."""
+    of a window's taps along one axis to one value, ``tap_value`` (if any) maps the first
+    pass's taps. Pass ``j`` reduces axis ``axes[j]``; its shape has output sizes on the axes
+    reduced so far (and on 1-tap axes, which the first pass maps), padded sizes on the rest.
+    The last pass is the pool's result (cast to ``out_dtype`` when given)."""
     rank = len(windows)
     lead = len(source.shape) - rank
     axes = [i for i, w in enumerate(windows) if w.kernel > 1]
     done = [w.kernel == 1 for w in windows]  # axes already in output coordinates
+
     def pass_value(prev, axis, first, last):
         def value(*idx):
             taps = []
