@@ -251,15 +251,16 @@ def peer_openvino(model, x, threads):
     return lambda: req.infer({0: x}), None
 
 
-def copy_limit(nbytes_read: int, nbytes_written: int, threads: int, repeat: int) -> float:
-    """Seconds for a copy reading and writing as many bytes (torch copy_, same threads)."""
+def copy_runner(nbytes_read: int, nbytes_written: int, threads: int):
+    """A copy reading and writing as many bytes as the workload (torch copy_, same threads):
+    the memory-bandwidth limit timed alongside the peers."""
     import torch  # pylint: disable=import-outside-toplevel
 
     torch.set_num_threads(threads)
     n = max((nbytes_read + nbytes_written) // 2, 64)
     src = torch.empty(n, dtype=torch.uint8).fill_(1)
     dst = torch.empty(n, dtype=torch.uint8)
-    return _median(lambda: dst.copy_(src), repeat)
+    return lambda: dst.copy_(src)
 
 
 def _settle() -> None:
@@ -272,15 +273,16 @@ def _settle() -> None:
     time.sleep(0.2)
 
 
-def _median(fn, repeat: int) -> float:
-    for _ in range(3):
+def _times(fn, repeat: int, warmup: int = 3) -> list:
+    """Seconds of ``repeat`` calls of ``fn`` (after ``warmup`` untimed ones)."""
+    for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
 
 
 def _short(err) -> str:
@@ -294,7 +296,17 @@ def _short(err) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+ROUNDS = 5  # peers take turns, ROUNDS times per workload (see run_threads)
+
+
 def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
+    """Time every workload for every peer at ``threads`` threads.
+
+    Peers take turns: each of ROUNDS rounds times every peer (and the copy) for repeat/ROUNDS
+    calls, and a peer's figure is the median over all its calls. Memory bandwidth on a shared
+    machine drifts over seconds; timing the peers one after the other would hand that drift
+    to whichever peer ran at a bad moment (seen as 2x swings on the out-of-cache workloads).
+    """
     rows = []
     for w in workloads(quick):
         if only and w.name not in only:
@@ -303,24 +315,34 @@ def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
         x = make_input(w)
         row = {"workload": w.name, "source": w.source, "op": w.op, "shape": w.shape, "dtype": w.dtype,
                "attrs": w.attrs, "indices": w.indices, "large": w.large, "ms": {}, "na": {}}
-        compile_s = None
+        runners, compile_s = {}, None
         for peer in PEERS:
             fn = globals()[f"peer_{peer}"]
             try:
                 run, cs = fn(model, x, threads, w) if peer == "torch" else fn(model, x, threads)
                 if peer == "tvm_pool":
                     compile_s = cs
-                row["ms"][peer] = _median(run, repeat) * 1e3
-                del run  # free the peer's session (and its thread pool) before the next peer
+                runners[peer] = run
             except NotAvailable as err:
                 row["na"][peer] = str(err)
             except Exception as err:  # pylint: disable=broad-except
                 row["na"][peer] = f"failed: {_short(err)}"
-            _settle()
-        moved = x.nbytes + out_bytes(model)
-        row["bytes"] = moved
-        row["copy_ms"] = copy_limit(x.nbytes, out_bytes(model), threads, repeat) * 1e3
+        runners["copy"] = copy_runner(x.nbytes, out_bytes(model), threads)
+        samples = {name: [] for name in runners}
+        per_round = max(repeat // ROUNDS, 1)
+        for rnd in range(ROUNDS):
+            for name, run in list(runners.items()):
+                _settle()
+                try:
+                    samples[name] += _times(run, per_round, warmup=3 if rnd == 0 else 1)
+                except Exception as err:  # pylint: disable=broad-except
+                    row["na"][name] = f"failed: {_short(err)}"
+                    del runners[name], samples[name]
+        del runners  # free the sessions (and their thread pools) before the next workload
         _settle()
+        row["ms"] = {p: float(np.median(samples[p])) * 1e3 for p in PEERS if p in samples}
+        row["bytes"] = x.nbytes + out_bytes(model)
+        row["copy_ms"] = float(np.median(samples["copy"])) * 1e3
         row["compile_s"] = compile_s
         others = {p: t for p, t in row["ms"].items() if p != "tvm_pool"}
         if others:
@@ -334,8 +356,8 @@ def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
         print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in row["ms"].items()), file=sys.stderr)
     speedups = [r["speedup"] for r in rows if "speedup" in r]
     geo = float(np.exp(np.mean(np.log(speedups)))) if speedups else None
-    return {"threads": threads, "quick": quick, "repeat": repeat, "rows": rows, "geomean_speedup": geo,
-            "machine": _machine()}
+    return {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
+            "geomean_speedup": geo, "machine": _machine()}
 
 
 def _machine() -> dict:
@@ -360,7 +382,8 @@ def to_markdown(results: list[dict]) -> str:
     for res in results:
         t = res["threads"]
         lines += [f"## {t} thread{'s' if t > 1 else ''}", "",
-                  f"median of {res['repeat']} runs; machine {res['machine']}; "
+                  f"median of {res['repeat']} runs in {res.get('rounds', 1)} rounds (peers take turns); "
+                  f"machine {res['machine']}; "
                   f"geomean speedup of tvm_pool vs best peer: **{_fmt(res['geomean_speedup'], 'x')}**", "",
                   "| workload | dtype | " + " | ".join(PEERS) + " | best peer | speedup | copy limit ms | % of copy | compile s |",
                   "|---|---|" + "---|" * len(PEERS) + "---|---|---|---|---|"]
