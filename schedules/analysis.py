@@ -18,10 +18,8 @@ from dataclasses import dataclass
 
 from tvm import runtime, s_tir, tirx
 
-KIND_ATTR = "tvm_pool.kind"
-SCHEDULE_RULE_ATTR = "schedule_rule"
-SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
-PASS_AXIS_ATTR = "tvm_pool.pass_axis"
+# The annotations the computes write (one definition, in tvm_pool/compute/common.py).
+from ..compute.common import KIND_ATTR, PASS_AXIS_ATTR, SCHEDULE_RULE_ATTR, SPATIAL_RANK_ATTR
 TOPI_POOL_RULES = (
     "meta_schedule.pool_max",
     "meta_schedule.pool_avg",

@@ -136,18 +136,18 @@ class Pool(ScheduleRule):
 
 def schedule_function(sch: s_tir.Schedule, target: Target, level: int = FULL) -> None:
     """Schedule every pooling reduction of the function in ``sch`` (and its fused blocks)."""
-    _inline_producers(sch)
-    for main in analysis.main_blocks(sch):
+    mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
+    _inline_producers(sch, mains, chains)  # the main blocks' and passes' rvs stay valid
+    for main in mains:
         schedule_block(sch, main.rv, target, level)
-    for chain in analysis.pass_chains(sch):
+    for chain in chains:
         schedule_pass_chain(sch, chain, target, level)
 
 
-def _inline_producers(sch: s_tir.Schedule) -> None:
+def _inline_producers(sch: s_tir.Schedule, mains, chains) -> None:
     """Inline elementwise producers (relu before the pool, TOPI's pad_temp) into their readers,
     and elementwise chains after a finalize stage into that stage (or into a separable
     reduction's last pass)."""
-    mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
     others = analysis.other_blocks(sch, mains, chains)
     for rv in others:
         kind = analysis.pool_kind(sch.get(rv))
@@ -159,7 +159,7 @@ def _inline_producers(sch: s_tir.Schedule) -> None:
             sch.compute_inline(rv)
         except (Exception,):
             pass
-    for rv in reversed(analysis.other_blocks(sch, analysis.main_blocks(sch), analysis.pass_chains(sch))):
+    for rv in reversed(analysis.other_blocks(sch, mains, chains)):  # what is left after inlining
         if analysis.pool_kind(sch.get(rv)).endswith("_finalize"):
             # a finalize (divide by the window count, ...) stays its own stage: inlined into a
             # vectorised last pass, its per-output count arithmetic doubled the 3x3 s1 average's
@@ -371,8 +371,6 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     if source_bytes is None or source_bytes >= _MIN_PARALLEL_BYTES:
         sch.parallel(par)
     loop_of_axis = {i: (par if out[i] in par_loops else out[i]) for i in range(rank)}
-    if par_loops and par_loops[-1] in out:  # out[0] fused into par
-        loop_of_axis[out.index(par_loops[-1])] = par
     for block, axis in reversed(list(zip(chain.passes[:-1], chain.axes[:-1]))):
         sch.compute_at(block, loop_of_axis[axis], preserve_unit_loops=True)
     for p in sch.get_producers(chain.passes[0]):
@@ -422,13 +420,9 @@ _PLANE_COPY_BYTES = 32 * 1024
 
 
 def _plane_bytes(block, rank: int) -> int:
-    extents = [_as_int(iv.dom.extent) for iv in block.iter_vars[-rank:]]
+    extents = [analysis._extent(iv.dom) for iv in block.iter_vars[-rank:]]  # pylint: disable=protected-access
     bits = _dtype_bits(analysis.region_dtype(block.writes[0]))
     return (_product(extents) or 1 << 40) * bits // 8
-
-
-def _as_int(x):
-    return int(x) if isinstance(x, tirx.IntImm) else None
 
 
 def _vectorize_row(sch, loop) -> None:

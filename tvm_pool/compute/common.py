@@ -63,18 +63,11 @@ def is_nan(x):
     return tirx.isnan(x)
 
 
-def max_of(a, b, dtype: str):
-    """max(a, b); for floats NaN propagates (IEEE-754 ``maximum``), the choice in
-    docs/conformance.md."""
-    if not is_float(dtype):
-        return tirx.max(a, b)
-    return tirx.Select(tirx.any(a > b, is_nan(a)), a, b)
-
-
 def max_of_all(values, dtype: str):
     """The NaN-propagating max of ``values`` naming each value once in the max and once in a
-    NaN test, so a chain of taps stays linear in size (a fold of :func:`max_of` names each
-    partial result twice: 3^taps nodes, and minutes in TVM's passes at 7 taps)."""
+    NaN test, so a chain of taps stays linear in size (a fold of :func:`nan_max_reducer`'s
+    select names each partial result twice: 3^taps nodes, and minutes in TVM's passes at 7
+    taps)."""
     result = values[0]
     for v in values[1:]:
         result = tirx.max(result, v)
@@ -87,10 +80,10 @@ def max_of_all(values, dtype: str):
 
 
 def nan_max_reducer(dtype: str):
-    """The reducer form of :func:`max_of` for floats."""
+    """max that propagates NaN (IEEE-754 ``maximum``), the choice in docs/conformance.md."""
 
     def combine(a, b):
-        return max_of(a, b, dtype)
+        return tirx.Select(tirx.any(a > b, is_nan(a)), a, b)
 
     def identity(t):
         return max_identity(t)
