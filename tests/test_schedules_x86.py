@@ -184,6 +184,29 @@ def test_separable_schedule_regimes(shape):
     _check(_module(shape, "float32", avg2d([3, 3], [1, 1], [1, 1, 1, 1])), shape, "float32")
 
 
+def test_separable_schedule_choices():
+    """The measured choices of schedule_pass_chain, read off the scheduled TIR."""
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+
+    def scheduled(shape):
+        x = te.placeholder(shape, "float32", name="x")
+        sch = s_tir.Schedule(te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])]))
+        x86.schedule_function(sch, tvm.target.Target(AVX512))
+        return sch.mod["main"]
+
+    small = scheduled([1, 4, 9, 9]).script()
+    assert "T.parallel" not in small  # under 512 KB: one thread
+    assert 'T.sblock("pad")' in small  # small padded plane: copied once per plane
+    large_plane = scheduled([1, 64, 100, 100]).script()
+    assert "T.parallel" in large_plane
+    assert 'T.sblock("pad")' not in large_plane  # over 32 KB: bounds checks inlined
+    assert large_plane.count("T.vectorized") == 2  # both pass rows, data in cache
+    out_of_cache = scheduled([2, 64, 182, 182]).script()
+    assert out_of_cache.count("T.vectorized") == 1  # over 16 MB: LLVM keeps the last pass
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_separable_random(seed):
     """Random separable geometries (rank 2-3, dilations, ceil, pads) for max and average."""
