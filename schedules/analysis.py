@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm
 from tvm import runtime, s_tir, tirx
 
 # The annotations the computes write (one definition, in tvm_pool/compute/common.py).
@@ -65,6 +66,12 @@ class MainBlock:
     out_dtypes: list  # dtypes of the buffers the block writes
 
 
+def region_buffer(region):
+    """The buffer a read/write region touches (BufferRegion's ``buffer``, 0.27's TensorRegion's
+    ``source``, a Var with the buffer's shape)."""
+    return region.buffer if hasattr(region, "buffer") else region.source
+
+
 def region_dtype(region) -> str:
     """dtype of the buffer a read/write region touches (BufferRegion or 0.27's TensorRegion)."""
     if hasattr(region, "buffer"):
@@ -91,7 +98,7 @@ def _extent(dom):
 def main_blocks(sch: s_tir.Schedule) -> list[MainBlock]:
     """The pooling reduction blocks of ``sch``'s function, in program order."""
     found = []
-    for rv in _all_blocks(sch):
+    for rv in root_blocks(sch):
         block = sch.get(rv)
         if not is_pool_block(block) or not is_reduction(block):
             continue
@@ -113,7 +120,8 @@ def main_blocks(sch: s_tir.Schedule) -> list[MainBlock]:
     return found
 
 
-def _all_blocks(sch: s_tir.Schedule):
+def root_blocks(sch: s_tir.Schedule) -> list:
+    """The blocks directly under the function's root block, in program order."""
     root = sch.get_sblock("root") if _has_root(sch) else None
     if root is None:
         return []
@@ -140,7 +148,7 @@ class PassChain:
 
 def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
     """The separable window reductions of ``sch``'s function, in program order."""
-    blocks = [rv for rv in _all_blocks(sch) if PASS_AXIS_ATTR in block_annotations(sch.get(rv))]
+    blocks = [rv for rv in root_blocks(sch) if PASS_AXIS_ATTR in block_annotations(sch.get(rv))]
     names = {sch.get(rv).name_hint for rv in blocks}
     chains = []
     for rv in blocks:
@@ -162,7 +170,97 @@ def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock], chains: list[PassC
     """Every root-level block that is neither a main block nor a pass, in program order."""
     main_names = {sch.get(m.rv).name_hint for m in mains}
     main_names |= {sch.get(rv).name_hint for c in chains for rv in c.passes}
-    return [rv for rv in _all_blocks(sch) if sch.get(rv).name_hint not in main_names]
+    return [rv for rv in root_blocks(sch) if sch.get(rv).name_hint not in main_names]
+
+
+# --------------------------------------------------------------------------------------------
+# Which fused blocks may be attached to a pool's loops
+# --------------------------------------------------------------------------------------------
+#
+# ``reverse_compute_at`` / ``reverse_compute_inline`` give a consumer only the iterations that
+# read what the producer makes under the loop: a consumer whose domain is larger than the
+# producer's output (a Concat of the pool with other branches, a pad, a second pool) loses the
+# rest of its iterations, and TVM does not check. So a block is attached only when it is
+# *pointwise* over exactly a buffer the pool chain owns: every iterator data-parallel, its
+# domain the owned buffer's shape, every read of an owned buffer at exactly its own iterators,
+# and every other read a function parameter (nothing computed later at the root). Everything
+# else stays its own loop nest at the root, where program order keeps it correct.
+
+
+def _same_extent(a, b) -> bool:
+    if isinstance(a, tirx.IntImm) and isinstance(b, tirx.IntImm):
+        return int(a) == int(b)
+    return tvm.ir.structural_equal(a, b)
+
+
+def _reads_at_own_iterators(region, iter_vars) -> bool:
+    ranges = list(region.region)
+    shape = list(region_buffer(region).shape)
+    if len(ranges) != len(iter_vars) or len(shape) != len(iter_vars):
+        return False
+    for rng, iv, dim in zip(ranges, iter_vars, shape):
+        if not rng.min.same_as(iv.var):
+            return False
+        if not (isinstance(rng.extent, tirx.IntImm) and int(rng.extent) == 1):
+            return False
+        if not (isinstance(iv.dom.min, tirx.IntImm) and int(iv.dom.min) == 0):
+            return False
+        if not _same_extent(iv.dom.extent, dim):
+            return False
+    return True
+
+
+def function_params(sch: s_tir.Schedule) -> list:
+    return list(sch.mod["main"].params)
+
+
+def is_pointwise_over(sch: s_tir.Schedule, rv, owned: list) -> bool:
+    """True when block ``rv`` is pointwise over exactly one of the ``owned`` buffers (see
+    above): safe to compute at any loop of the blocks that write them, or to inline into them."""
+    block = sch.get(rv)
+    if any(int(iv.iter_type) != _DATA_PAR for iv in block.iter_vars):
+        return False
+    params = function_params(sch)
+    reads_owned = False
+    for region in block.reads:
+        buf = region_buffer(region)
+        if any(buf.same_as(o) for o in owned):
+            if not _reads_at_own_iterators(region, block.iter_vars):
+                return False
+            reads_owned = True
+        elif not any(buf.same_as(p) for p in params):
+            return False
+    return reads_owned
+
+
+def written_buffers(sch: s_tir.Schedule, rv) -> list:
+    return [region_buffer(w) for w in sch.get(rv).writes]
+
+
+def attachable_consumers(sch: s_tir.Schedule, blocks) -> list:
+    """The root blocks that are pointwise over what ``blocks`` write, or over what such a block
+    writes, transitively (see above), in program order. Program order is a topological order,
+    so one pass finds them all; a block that is not pointwise is skipped, and so is everything
+    that reads it (it and they stay at the root)."""
+    blocks = list(blocks) if isinstance(blocks, (list, tuple)) else [blocks]
+    owned = [b for rv in blocks for b in written_buffers(sch, rv)]
+    names = {sch.get(rv).name_hint for rv in blocks}
+    attached = []
+    for rv in root_blocks(sch):
+        if sch.get(rv).name_hint in names:
+            continue
+        if is_pointwise_over(sch, rv, owned):
+            attached.append(rv)
+            owned.extend(written_buffers(sch, rv))
+    return attached
+
+
+def producers_owned(sch: s_tir.Schedule, rv) -> list:
+    """The non-parameter buffers block ``rv`` reads (what inlining it into its producers needs)."""
+    params = function_params(sch)
+    return [
+        region_buffer(r) for r in sch.get(rv).reads if not any(region_buffer(r).same_as(p) for p in params)
+    ]
 
 
 def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:

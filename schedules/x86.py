@@ -142,12 +142,14 @@ def schedule_function(sch: s_tir.Schedule, target: Target, level: int = FULL) ->
         schedule_block(sch, main.rv, target, level)
     for chain in chains:
         schedule_pass_chain(sch, chain, target, level)
+    if level >= NO_VECTOR:
+        _parallelize_rest(sch, target)
 
 
 def _inline_producers(sch: s_tir.Schedule, mains, chains) -> None:
     """Inline elementwise producers (relu before the pool, TOPI's pad_temp) into their readers,
     and elementwise chains after a finalize stage into that stage (or into a separable
-    reduction's last pass)."""
+    reduction's last pass) where they are pointwise over it (analysis.is_pointwise_over)."""
     others = analysis.other_blocks(sch, mains, chains)
     for rv in others:
         kind = analysis.pool_kind(sch.get(rv))
@@ -156,7 +158,7 @@ def _inline_producers(sch: s_tir.Schedule, mains, chains) -> None:
         if kind == "widen":
             continue  # bfloat16 -> float32 ahead of an argmax: inlined, TVM's bf16 legalization breaks
         try:
-            sch.compute_inline(rv)
+            sch.compute_inline(rv)  # TVM checks that the block is injective: always exact
         except (Exception,):
             pass
     for rv in reversed(analysis.other_blocks(sch, mains, chains)):  # what is left after inlining
@@ -165,24 +167,36 @@ def _inline_producers(sch: s_tir.Schedule, mains, chains) -> None:
             # vectorised last pass, its per-output count arithmetic doubled the 3x3 s1 average's
             # time; computed per row (schedule_pass_chain), LLVM vectorises it well
             continue
+        inputs = analysis.producers_owned(sch, rv)
+        if len(inputs) != 1 or not analysis.is_pointwise_over(sch, rv, inputs):
+            continue  # a Concat, a second pool, ...: inlined it would lose iterations
         try:
             sch.reverse_compute_inline(rv)
         except (Exception,):
             pass
 
 
-def _consumers_chain(sch: s_tir.Schedule, block) -> list:
-    """Blocks reading the main block's outputs, transitively, in program order."""
-    seen, order, todo = set(), [], [block]
-    while todo:
-        cur = todo.pop()
-        for c in sch.get_consumers(cur):
-            name = sch.get(c).name_hint
-            if name not in seen:
-                seen.add(name)
-                order.append(c)
-                todo.append(c)
-    return order
+def _parallelize_rest(sch: s_tir.Schedule, target: Target) -> None:
+    """Root blocks no pool claimed (a Concat of the pool with other branches, an Add of two
+    pools): data-parallel nests get their outer loops fused into one parallel loop, the
+    innermost left to LLVM's vectoriser. Anything else keeps its serial nest."""
+    for rv in analysis.root_blocks(sch):
+        block = sch.get(rv)
+        loops = sch.get_loops(rv)
+        if (
+            analysis.is_reduction(block)
+            or len(loops) != len(block.iter_vars)
+            or len(loops) < 2
+            or len(sch.get_child_blocks(loops[0])) != 1
+        ):
+            continue
+        out_bytes = analysis.region_bytes(block.writes[0]) if len(block.writes) == 1 else None
+        if out_bytes is None or out_bytes < _MIN_PARALLEL_BYTES or num_threads(target) < 2:
+            continue
+        try:
+            sch.parallel(sch.fuse(*loops[:-1]))
+        except (Exception,):
+            pass
 
 
 def choose_lanes(extent, dtype_bits: int, vbits: int) -> int:
@@ -237,7 +251,7 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
     rank = len(reduce_loops)
     n_lead = max(n_spatial - rank, 0)
     lead, out = spatial[:n_lead], spatial[n_lead:]
-    consumers = _consumers_chain(sch, block)
+    consumers = analysis.attachable_consumers(sch, block)
     pads = [p for p in sch.get_producers(block) if analysis.pool_kind(sch.get(p)) == "pad"]
     if level == FULL and len(info.writes) == 1 and lead and out and pads:
         # Padded windows: the padded copy per plane makes every tap unconditional (below).
@@ -388,7 +402,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             # A large one would not: the bounds checks go into the first pass's rows instead.
             sch.compute_inline(p)
     row = loop_of_axis[rank - 2] if rank > 1 else par
-    for c in _consumers_chain(sch, final):
+    for c in analysis.attachable_consumers(sch, final):
         sch.reverse_compute_at(c, row)
     if level < FULL:
         return

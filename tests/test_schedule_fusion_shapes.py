@@ -1,0 +1,167 @@
+"""The x86 rule on every fused shape FuseOps can hand it: each PrimFunc here is one TE graph
+(pool + producers + consumers), so the fused shape is certain whatever FuseOps decides.
+
+Scheduled must equal unscheduled bit for bit, and the structure must be the safe one: a block is
+attached to a pool's loops only when it is pointwise over the pool's output (see
+``schedules/analysis.py``); a Concat with other branches, a second pool or an Add of two pools
+stays its own nest. (The random whole-graph suite is tests/test_fusion.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import s_tir, te, tirx, topi
+
+from tvm_pool import compute
+from tvm_pool.schedules import analysis, x86
+from tvm_pool.targets import host_target
+
+pytestmark = pytest.mark.skipif(
+    "x86" not in str(tvm.target.codegen.llvm_get_system_triple()), reason="x86 schedules run on an x86 host"
+)
+
+TARGET = host_target()  # runnable here whatever the CPU; AVX2/AVX-512 variants in test_schedules_x86.py
+
+
+def _relu(t):
+    return te.compute(t.shape, lambda *i: tirx.max(t(*i), tirx.const(0, t.dtype)), name="relu")
+
+
+def _max3(t, stride=1):
+    return compute.max_pool(t, [3, 3], strides=[stride, stride], pads=[1, 1, 1, 1])
+
+
+def _avg3(t, stride=1):
+    return compute.avg_pool(t, [3, 3], strides=[stride, stride], pads=[1, 1, 1, 1], count_include_pad=False)
+
+
+def _concat(*ts):
+    return topi.concatenate(list(ts), axis=1)
+
+
+def _add(a, b):
+    return topi.add(a, b)
+
+
+# name -> (input shapes, graph builder returning the outputs)
+SHAPES = {
+    # the Inception pool branch: relu -> pool -> Concat with other branches of the input
+    "concat_with_branches": ([(1, 5, 8, 8)], lambda x: [_concat(_max3(_relu(x)), _relu(x), topi.sigmoid(x))]),
+    "concat_pool_last": ([(1, 3, 8, 8), (1, 4, 8, 8)], lambda x, y: [_concat(_relu(y), _avg3(x))]),
+    "concat_strided_pool": ([(1, 4, 9, 9), (1, 2, 5, 5)], lambda x, y: [_concat(y, _max3(x, 2))]),
+    # pointwise consumers that read other inputs: these ARE attached
+    "add_with_branch": ([(1, 4, 8, 8), (1, 4, 8, 8)], lambda x, y: [_relu(_add(_max3(x), y))]),
+    "add_broadcast_branch": ([(1, 4, 8, 8), (1, 4, 1, 1)], lambda x, y: [topi.multiply(_avg3(x), y)]),
+    # the pool's output used twice: a pointwise use and a Concat
+    "two_uses": ([(1, 4, 8, 8)], lambda x: [_relu(_max3(x)), _concat(_max3(x), x)]),
+    "two_uses_one_output": ([(1, 4, 8, 8)], lambda x: [(lambda p: _add(_relu(p), topi.sigmoid(p)))(_max3(x))]),
+    # pool of pool, several pools, an Add of two pools
+    "pool_of_pool": ([(1, 3, 12, 12)], lambda x: [_avg3(_max3(x, 2))]),
+    "add_of_two_pools": ([(1, 3, 8, 8)], lambda x: [_add(_max3(x), _avg3(x))]),
+    "two_pools_concat": ([(1, 3, 8, 8)], lambda x: [_concat(_max3(x), _avg3(_relu(x)))]),
+    # a producer that is also an output of the function
+    "shared_producer_output": ([(1, 4, 8, 8)], lambda x: (lambda r: [r, _max3(r)])(_relu(x))),
+    # indices with a consumer reading both outputs, and a non-separable (2x2 s2) pool in a Concat
+    "indices_consumer": (
+        [(1, 3, 8, 8)],
+        lambda x: (lambda vi: [_add(vi[0], topi.cast(vi[1], "float32"))])(
+            compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], return_indices=True)
+        ),
+    ),
+    "direct_pool_concat": ([(1, 4, 8, 8), (1, 2, 4, 4)], lambda x, y: [_concat(compute.max_pool(x, [2, 2], strides=[2, 2]), y)]),
+    # large enough for the parallel paths (planes in parallel, the Concat's own parallel loop)
+    "concat_large": ([(2, 16, 48, 48)], lambda x: [_concat(_max3(_relu(x)), _relu(x))]),
+}
+
+
+def _prim_func(name):
+    shapes, build = SHAPES[name]
+    inputs = [te.placeholder(s, "float32", name=f"in{i}") for i, s in enumerate(shapes)]
+    outputs = build(*inputs)
+    return te.create_prim_func(inputs + list(outputs)).with_attr("global_symbol", "main"), shapes, outputs
+
+
+def _run(func, shapes, outputs, seed=0):
+    rng = np.random.default_rng(seed)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=TARGET)
+    args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in shapes]
+    outs = [tvm.runtime.tensor(np.full([int(d) for d in o.shape], 7.5, dtype=str(o.dtype))) for o in outputs]
+    lib["main"](*args, *outs)
+    return [o.numpy() for o in outs]
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_scheduled_equals_unscheduled(name):
+    func, shapes, outputs = _prim_func(name)
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    assert sch is not None, "the rule declined a PrimFunc with a pool"
+    want = _run(func, shapes, outputs)
+    got = _run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
+def _loop_depth_of(sch, block_name):
+    return len(sch.get_loops(sch.get_sblock(block_name)))
+
+
+def _block_names(func):
+    sch = s_tir.Schedule(func)
+    return [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+
+
+@pytest.mark.parametrize("name", ["concat_with_branches", "concat_pool_last", "two_uses", "two_pools_concat", "concat_large"])
+def test_concat_stays_a_root_nest(name):
+    """A Concat writes more than the pool makes: attached to the pool's loops it would be
+    computed only for the pool's channels (the bug of issue 9)."""
+    func, _, _ = _prim_func(name)
+    concat = [n for n in _block_names(func) if n.startswith("T_concat")]
+    assert concat
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    root_names = [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+    for c in concat:
+        assert c in root_names, f"{c} was attached to a pool's loops"
+
+
+@pytest.mark.parametrize("name,consumer", [("add_with_branch", "T_add"), ("add_broadcast_branch", "T_multiply")])
+def test_pointwise_consumer_with_other_inputs_is_attached(name, consumer):
+    """An Add/Mul reading the pool and a function input at the same (or broadcast) position is
+    pointwise: it runs per row inside the pool's parallel loop (the speed of fused epilogues)."""
+    func, _, _ = _prim_func(name)
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    root_names = [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+    assert consumer not in root_names
+    assert any(name.startswith(("max_pool", "avg_pool")) for name in root_names) or _loop_depth_of(sch, consumer) > 1
+
+
+def test_concat_large_gets_its_own_parallel_loop():
+    func, _, _ = _prim_func("concat_large")
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    concat = next(n for n in _block_names(func) if n.startswith("T_concat"))
+    loops = sch.get_loops(sch.get_sblock(concat))
+    assert sch.get(loops[0]).kind == tirx.ForKind.PARALLEL
+
+
+def test_pointwise_predicate():
+    """analysis.is_pointwise_over on the blocks of one function: what may be attached."""
+    x = te.placeholder((1, 4, 8, 8), "float32", name="x")
+    y = te.placeholder((1, 4, 8, 8), "float32", name="y")
+    pooled = _max3(x)
+    shifted = te.compute(pooled.shape, lambda n, c, h, w: pooled[n, c, h, tirx.max(w - 1, 0)], name="shifted")
+    added = topi.add(pooled, y)
+    cat = _concat(pooled, y)
+    func = te.create_prim_func([x, y, shifted, added, cat])
+    sch = s_tir.Schedule(func)
+    pool_rv = sch.get_sblock("max_pool")
+    owned = analysis.written_buffers(sch, pool_rv)
+    assert analysis.is_pointwise_over(sch, sch.get_sblock("T_add"), owned)
+    assert not analysis.is_pointwise_over(sch, sch.get_sblock("shifted"), owned)
+    assert not analysis.is_pointwise_over(sch, sch.get_sblock("T_concat"), owned)
+    attached = [sch.get(rv).name_hint for rv in analysis.attachable_consumers(sch, pool_rv)]
+    assert attached == ["T_add"]
