@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tvm_pool import cli
+from tvm_pool.demo_model import demo_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -71,7 +72,7 @@ def elf_machine(path) -> int:
 def demo(tmp_path_factory):
     """The demo CNN saved as an ONNX file, its inputs as .npz, and onnxruntime's outputs."""
     root = tmp_path_factory.mktemp("cli")
-    model, inputs = cli.demo_model()
+    model, inputs = demo_model()
     onnx.save(model, root / "cnn.onnx")
     np.savez(root / "inputs.npz", **inputs)
     return types.SimpleNamespace(
@@ -142,7 +143,7 @@ def test_symbolic_input_with_input_shapes(tmp_path, capsys):
 
 def test_arm_target_without_cross_toolchain_says_how_to_install(demo, monkeypatch, capsys):
     real_which = shutil.which
-    monkeypatch.setattr(cli.shutil, "which", lambda name, *a, **k: None if name == CROSS_CXX else real_which(name))
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == CROSS_CXX else real_which(name))
     rc = cli.main(["compile", str(demo.onnx), "--target", "arm", "-o", str(demo.root / "x.so")])
     err = capsys.readouterr().err
     assert rc == 2
@@ -196,7 +197,7 @@ def test_demo_passes_and_prints_a_table(capsys):
 
 
 def test_demo_model_is_valid_onnx():
-    model, inputs = cli.demo_model()
+    model, inputs = demo_model()
     onnx.checker.check_model(model, full_check=True)
     ops = {n.op_type for n in model.graph.node}
     assert {"MaxPool", "AveragePool", "GlobalAveragePool", "Conv", "Relu"} <= ops

@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tvm_pool import artifact, cli
+from tvm_pool import artifact
+from tvm_pool.demo_model import demo_model
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -55,7 +56,7 @@ RUNTIME_ONLY_RUNNER = textwrap.dedent(
 def artifact_so(tmp_path_factory):
     """The demo CNN compiled by `tvm-pool compile` (in a subprocess), its inputs and ORT's outputs."""
     root = tmp_path_factory.mktemp("deploy")
-    model, inputs = cli.demo_model(seed=3)
+    model, inputs = demo_model(seed=3)
     onnx.save(model, root / "cnn.onnx")
     np.savez(root / "inputs.npz", **inputs)
     so = root / "cnn.so"

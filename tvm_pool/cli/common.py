@@ -1,0 +1,293 @@
+"""What every ``tvm-pool`` command shares: one-line errors, progress lines, ONNX loading,
+``--target`` and ``--input-shapes`` parsing, and the importer with its noise captured."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from typing import Sequence
+
+EXIT_ERROR = 2
+
+TARGET_HELP = "host (default: this CPU), x86, arm (aarch64-linux-gnu), cuda, or a JSON target"
+
+
+class CliError(Exception):
+    """An error the CLI reports as one line (exit status 2)."""
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The parent parser of every command: ``-v/--verbose`` and ``-q/--quiet``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress lines on stderr")
+    return common
+
+
+class Progress:
+    """One line per step on stderr: ``tvm-pool: [2/4] importing model.onnx``."""
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.index, self.quiet = total, 0, quiet
+        self.start = time.perf_counter()
+
+    def step(self, message: str):
+        self.index += 1
+        if not self.quiet:
+            elapsed = time.perf_counter() - self.start
+            print(f"tvm-pool: [{self.index}/{self.total}] {message} (+{elapsed:.1f}s)", file=sys.stderr, flush=True)
+
+
+def one_line(err: BaseException) -> str:
+    """A one-line rendering of any exception (TVM errors carry multi-line tracebacks)."""
+    text = str(err).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # TVM/FFI errors put "Traceback ..." and frames first; the message is the last line.
+    if lines and lines[0].startswith("Traceback"):
+        lines = lines[-1:]
+    line = lines[0] if lines else type(err).__name__
+    if len(lines) > 1:
+        line += " ..."
+    return line
+
+
+def describe(err: BaseException) -> str:
+    """The one line ``tvm-pool: error: ...`` says for ``err``."""
+    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
+
+    if isinstance(err, (CliError, TvmPoolError)):
+        return one_line(err)
+    name = type(err).__name__
+    if name == "OpNotImplemented":
+        return f"unsupported operator: {one_line(err)}"
+    return f"{name}: {one_line(err)} (run with --verbose for the traceback)"
+
+
+def quiet_tvm_warnings():
+    import warnings  # pylint: disable=import-outside-toplevel
+
+    # TVM's ONNX importer re-issues every onnx.checker complaint as a UserWarning.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm\..*")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm_pool\..*")
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as dist_version  # pylint: disable=import-outside-toplevel
+
+        return dist_version("tvm_pool")
+    except Exception:  # pylint: disable=broad-except
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX models and their inputs.
+# --------------------------------------------------------------------------------------------
+
+
+def load_onnx(path: str):
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory, not an ONNX model")
+    import onnx  # pylint: disable=import-outside-toplevel
+    from google.protobuf.message import DecodeError  # pylint: disable=import-outside-toplevel
+
+    try:
+        model = onnx.load(path)
+    except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as err:
+        raise CliError(f"{path}: not an ONNX model ({one_line(err)})") from err
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
+        raise CliError(f"{path}: not an ONNX model (no IR version, graph or opset_import)")
+    return model
+
+
+def onnx_dtype(elem_type: int) -> str:
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, TypeError, ValueError):
+        return "float32"
+
+
+def graph_inputs(model) -> list:
+    initializers = {init.name for init in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in initializers]
+
+
+def declared_shape(value_info) -> list | None:
+    """The declared shape of an ONNX value: ints for fixed dims, names/'?' for symbolic ones."""
+    ttype = value_info.type.tensor_type
+    if not ttype.HasField("shape"):
+        return None
+    dims = []
+    for d in ttype.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or "?")
+    return dims
+
+
+def fmt_shape(shape) -> str:
+    return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
+    """``["x=1,3,224,224", ...]`` -> ``{"x": [1, 3, 224, 224]}``."""
+    shapes: dict[str, list[int]] = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition("=")
+        if not sep or not name:
+            raise CliError(f"--input-shapes {item!r}: expected NAME=D0,D1,... (e.g. input=1,3,224,224)")
+        try:
+            shape = [int(d) for d in dims.replace("x", ",").split(",") if d.strip()] if dims.strip() else []
+        except ValueError:
+            raise CliError(f"--input-shapes {item!r}: dimensions must be integers, e.g. {name}=1,3,224,224") from None
+        if any(d <= 0 for d in shape):
+            raise CliError(f"--input-shapes {item!r}: dimensions must be positive")
+        shapes[name] = shape
+    return shapes
+
+
+def resolve_input_shapes(model, overrides: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Every graph input's static shape (declared, or from --input-shapes); one-line errors."""
+    inputs = graph_inputs(model)
+    names = [vi.name for vi in inputs]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise CliError(f"--input-shapes names unknown input '{unknown[0]}'; the model's inputs are: {', '.join(names)}")
+    shapes = {}
+    for vi in inputs:
+        declared = declared_shape(vi)
+        if vi.name in overrides:
+            shape = overrides[vi.name]
+            if declared is not None and len(declared) != len(shape):
+                raise CliError(
+                    f"--input-shapes {vi.name}: gives {len(shape)} dimensions, the model declares {len(declared)} "
+                    f"({fmt_shape(declared)})"
+                )
+            for want, got in zip(declared or [], shape):
+                if isinstance(want, int) and want != got:
+                    raise CliError(
+                        f"--input-shapes {vi.name}: {fmt_shape(shape)} conflicts with the declared shape "
+                        f"{fmt_shape(declared)}"
+                    )
+            shapes[vi.name] = shape
+            continue
+        if declared is None:
+            raise CliError(
+                f"input '{vi.name}' has no declared shape; give it with --input-shapes {vi.name}=D0,D1,..."
+            )
+        symbolic = [d for d in declared if not isinstance(d, int)]
+        if symbolic:
+            example = ",".join(str(d) if isinstance(d, int) else "1" for d in declared)
+            raise CliError(
+                f"input '{vi.name}' has symbolic dimension(s) {', '.join(map(str, symbolic))} "
+                f"(shape {fmt_shape(declared)}); give a static shape with --input-shapes {vi.name}={example}"
+            )
+        shapes[vi.name] = declared
+    return shapes
+
+
+# --------------------------------------------------------------------------------------------
+# Targets.
+# --------------------------------------------------------------------------------------------
+
+
+def target_label(target) -> str:
+    attrs = {k: v for k, v in json.loads(str(target)).items() if k in ("kind", "mcpu", "mtriple", "arch")}
+    return " ".join(f"{k}={v}" for k, v in attrs.items())
+
+
+def resolve_target(name):
+    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
+    from ..targets import resolve_target as resolve  # pylint: disable=import-outside-toplevel
+
+    if isinstance(name, str) and name.lstrip().startswith("{"):
+        try:
+            name = json.loads(name)
+        except ValueError as err:
+            raise CliError(f"--target {name!r} is not valid JSON ({err})") from None
+        if not isinstance(name, dict):
+            raise CliError(f"--target {name!r}: a JSON target must be an object such as {{\"kind\": \"llvm\"}}")
+    try:
+        return resolve(name)
+    except (CliError, TvmPoolError):
+        raise
+    except Exception as err:  # pylint: disable=broad-except
+        raise CliError(f"invalid target {json.dumps(name) if isinstance(name, dict) else name!r}: {one_line(err)}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# The importer, with what native code prints captured.
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def native_output_captured(enabled: bool = True):
+    """Capture what native code and TVM's importer print on fds 1 and 2 (e.g. "Error converting
+    operator ..." and C++ warnings) so an error stays one line; replayed to stderr on success."""
+    state = argparse.Namespace(replay=True)
+    if not enabled:
+        yield state
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    python_text = io.StringIO()  # sys.stdout/err may not be fds 1/2 (e.g. under pytest)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        ok = False
+        try:
+            with contextlib.redirect_stdout(python_text), contextlib.redirect_stderr(python_text):
+                yield state
+            ok = state.replay
+        finally:
+            gc.collect()  # native objects (BlockBuilders) warn when destroyed: do it while captured
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            if ok:
+                sink.seek(0)
+                text = python_text.getvalue() + sink.read().decode("utf-8", "replace")
+                if text.strip():
+                    sys.stderr.write(text)
+
+
+def from_onnx_function():
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    fn = getattr(tvm_pool, "from_onnx", None)
+    if fn is None:
+        from ..onnx.importer import from_onnx as fn  # pylint: disable=import-outside-toplevel
+    return fn
+
+
+def import_onnx(model, verbose: bool = False, **kwargs):
+    """tvm_pool.from_onnx with importer noise captured and errors reduced to one line."""
+    quiet_tvm_warnings()
+    from_onnx = from_onnx_function()
+    message = None
+    with native_output_captured(enabled=not verbose) as captured:
+        try:
+            return from_onnx(model, **kwargs)
+        except Exception as err:  # pylint: disable=broad-except
+            if verbose:
+                raise
+            captured.replay = False
+            message = describe(err)
+            traceback.clear_frames(err.__traceback__)
+            del err
+    raise CliError(message)

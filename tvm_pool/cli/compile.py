@@ -1,0 +1,132 @@
+"""``tvm-pool compile model.onnx -o model.so``: an ONNX model to a deployable shared library."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+
+from .common import (
+    TARGET_HELP,
+    CliError,
+    Progress,
+    common_options,
+    fmt_shape,
+    graph_inputs,
+    import_onnx,
+    load_onnx,
+    onnx_dtype,
+    parse_input_shapes,
+    resolve_input_shapes,
+    resolve_target,
+    target_label,
+    version,
+)
+
+NAME = "compile"
+
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="compile an ONNX model to a deployable shared library")
+    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("-o", "--output", help="the shared library to write (default: MODEL with .so)")
+    p.add_argument("--target", default="host", help=TARGET_HELP)
+    p.add_argument(
+        "--input-shapes", action="append", metavar="NAME=D0,D1,...",
+        help="static shape of an input with symbolic dimensions (repeatable)",
+    )
+    return p
+
+
+# --------------------------------------------------------------------------------------------
+# Cross compilation.
+# --------------------------------------------------------------------------------------------
+
+
+def _target_triple(target) -> str | None:
+    host = target.host if target.kind.name == "cuda" and target.host is not None else target
+    triple = host.attrs.get("mtriple") if "mtriple" in host.attrs else None
+    return str(triple) if triple else None
+
+
+def export_compiler(target):
+    """``fcompile`` for export_library: None for this machine, a cross g++ for another CPU.
+
+    A missing cross toolchain is a one-line error saying what to install."""
+    triple = _target_triple(target)
+    if not triple:
+        return None
+    arch = _ARCH_ALIASES.get(triple.split("-")[0], triple.split("-")[0])
+    if arch == _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower()):
+        return None
+    compiler = f"{triple}-g++"
+    if shutil.which(compiler) is None:
+        package = f"g++-{triple}"
+        raise CliError(
+            f"cross compiler {compiler} not found (needed for target {triple}); install it with: "
+            f"apt-get install {package}"
+        )
+    from tvm.support import cc  # pylint: disable=import-outside-toplevel
+
+    # The triple query must ask the cross compiler too (the default asks the host's g++).
+    return cc.cross_compiler(compiler, get_target_triple=cc.get_target_by_dump_machine(compiler))
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling.
+# --------------------------------------------------------------------------------------------
+
+
+def compile_onnx(model, *, target="host", input_shapes=None, source: str = "", progress=None, verbose=False):
+    """Import + compile an ONNX model with its signature embedded; returns (executable, signature, target)."""
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
+    progress = progress or Progress(3, quiet=True)
+    tgt = resolve_target(target)
+    shapes = resolve_input_shapes(model, input_shapes or {})
+    dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
+    opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    progress.step(f"importing {source or 'model'} (opset {opset}, {len(model.graph.node)} nodes)")
+    mod = import_onnx(model, verbose, shape_dict=shapes, dtype_dict=dtypes)
+    signature = artifact.make_signature(
+        mod,
+        input_names=[vi.name for vi in graph_inputs(model)],
+        output_names=[vo.name for vo in model.graph.output],
+        target=str(tgt),
+        source=os.path.basename(source) if source else "",
+        tvm_pool_version=version(),
+    )
+    mod = artifact.embed_signature(mod, signature)
+    progress.step(f"compiling for {target_label(tgt)}")
+    executable = tvm_pool.compile(mod, tgt)
+    return executable, signature, tgt
+
+
+def run(args) -> int:
+    model = load_onnx(args.model)
+    overrides = parse_input_shapes(args.input_shapes)
+    resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
+    target = resolve_target(args.target)  # unknown targets too
+    fcompile = export_compiler(target)  # a missing cross toolchain too
+    output = args.output or os.path.splitext(args.model)[0] + ".so"
+    out_dir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(out_dir):
+        raise CliError(f"{output}: directory {out_dir} does not exist")
+    progress = Progress(4, quiet=args.quiet)
+    progress.step(f"loaded {args.model}")
+    executable, signature, _ = compile_onnx(
+        model, target=target, input_shapes=overrides, source=args.model, progress=progress, verbose=args.verbose
+    )
+    progress.step(f"exporting {output}" + (" (cross-compiling)" if fcompile else ""))
+    if fcompile is None:
+        executable.export_library(output)
+    else:
+        executable.export_library(output, fcompile=fcompile)
+    ins = ", ".join(f"{t['name']}{fmt_shape(t['shape'])}" for t in signature["inputs"])
+    outs = ", ".join(f"{t['name']}{fmt_shape(t['shape'])}" for t in signature["outputs"])
+    print(f"wrote {output}: inputs {ins} -> outputs {outs}")
+    return 0

@@ -1,0 +1,271 @@
+"""``tvm-pool inspect model.onnx``: which converter, output shape, padding, schedule rule and
+tuning record each pooling node gets."""
+
+from __future__ import annotations
+
+from .common import (
+    TARGET_HELP,
+    CliError,
+    common_options,
+    declared_shape,
+    fmt_shape,
+    from_onnx_function,
+    import_onnx,
+    load_onnx,
+    one_line,
+    onnx_dtype,
+    parse_input_shapes,
+    quiet_tvm_warnings,
+    resolve_target,
+    target_label,
+)
+
+NAME = "inspect"
+
+POOLING_OPS = (
+    "MaxPool",
+    "AveragePool",
+    "LpPool",
+    "GlobalMaxPool",
+    "GlobalAveragePool",
+    "GlobalLpPool",
+    "MaxRoiPool",
+    "MaxUnpool",
+)
+GLOBAL_POOLS = ("GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool")
+WINDOW_POOLS = ("MaxPool", "AveragePool", "LpPool")
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="show how tvm_pool handles each pooling node")
+    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("--target", default="host", help=TARGET_HELP)
+    p.add_argument("--input-shapes", action="append", metavar="NAME=D0,D1,...", help="static input shapes")
+    return p
+
+
+def _node_opset(model, domain: str) -> int:
+    domain = "" if domain in ("", "ai.onnx") else domain
+    for entry in model.opset_import:
+        if ("" if entry.domain in ("", "ai.onnx") else entry.domain) == domain:
+            return int(entry.version)
+    return 1
+
+
+def node_attrs(node) -> dict:
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    out = {}
+    for a in node.attribute:
+        value = onnx.helper.get_attribute_value(a)
+        out[a.name] = value.decode() if isinstance(value, bytes) else value
+    return out
+
+
+def _value_shapes(model, overrides: dict) -> dict:
+    """name -> (shape list with ints/strs, dtype) for every value shape inference can type."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in model.graph.input:
+        if vi.name in overrides:
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for d in overrides[vi.name]:
+                dims.add().dim_value = d
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # pylint: disable=broad-except
+        pass
+    shapes = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type"):
+            shapes[vi.name] = (declared_shape(vi), onnx_dtype(vi.type.tensor_type.elem_type))
+    return shapes
+
+
+def _windows(node, in_shape):
+    """spec.resolve_windows / global_windows for a pooling node (None where not applicable)."""
+    from tvm import tirx  # pylint: disable=import-outside-toplevel
+
+    from .. import spec  # pylint: disable=import-outside-toplevel
+
+    if in_shape is None or len(in_shape) < 3:
+        return None
+    spatial = [d if isinstance(d, int) else tirx.Var(str(d).replace("?", "unk"), "int64") for d in in_shape[2:]]
+    if node.op_type in GLOBAL_POOLS:
+        return spec.global_windows(spatial)
+    if node.op_type not in WINDOW_POOLS:
+        return None
+    a = node_attrs(node)
+    kernel = list(a.get("kernel_shape", []))
+    if len(kernel) != len(spatial):
+        return None
+    rank = len(kernel)
+    return spec.resolve_windows(
+        spatial,
+        kernel,
+        list(a.get("strides", [1] * rank)),
+        list(a.get("dilations", [1] * rank)),
+        list(a.get("pads", [0] * (2 * rank))),
+        a.get("auto_pad", "NOTSET"),
+        bool(a.get("ceil_mode", 0)),
+    )
+
+
+def _single_node_model(model, node, shapes):
+    """A one-node ONNX model of ``node`` with its inferred input types (for the schedule probe)."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import helper  # pylint: disable=import-outside-toplevel
+
+    inits = {t.name: t for t in model.graph.initializer}
+    inputs, initializers = [], []
+    for name in node.input:
+        if not name:
+            continue
+        if name in inits:
+            initializers.append(inits[name])
+            continue
+        shape, dtype = shapes.get(name, (None, "float32"))
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return None
+        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(__import__("numpy").dtype(dtype)), shape))
+    outputs = [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o]
+    graph = helper.make_graph([node], "probe", inputs, outputs, initializer=initializers)
+    probe = helper.make_model(graph, opset_imports=list(model.opset_import))
+    probe.ir_version = model.ir_version
+    return probe
+
+
+def schedule_rule_for(probe_mod, target) -> str:
+    """The name of the first tvm_pool schedule rule that applies to the node's PrimFunc(s)."""
+    from tvm import relax, tirx  # pylint: disable=import-outside-toplevel
+
+    from .. import lowering  # pylint: disable=import-outside-toplevel
+
+    try:
+        from .. import schedules  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return "none (unscheduled: tvm_pool.schedules unavailable)"
+    rules = list(schedules.rules_for(target))
+    if not rules:
+        return "none (unscheduled)"
+    if probe_mod is None:
+        return "? (input shape unknown)"
+    mod = probe_mod
+    with target:
+        mod = relax.transform.LegalizeOps(customize_legalize_map=lowering.legalize_map())(mod)
+    found = []
+    for _, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        func = func.with_attr("target", target)
+        for rule in rules:
+            try:
+                space = rule.apply(func, target, False)
+            except Exception:  # pylint: disable=broad-except
+                space = None
+            if space is not None:
+                found.append(getattr(rule, "name", None) or _rule_name(rule))
+                break
+        else:
+            found.append(None)
+    names = [f for f in found if f]
+    if not names:
+        return "none (unscheduled)"
+    return ", ".join(dict.fromkeys(names))
+
+
+def _rule_name(rule) -> str:
+    module = type(rule).__module__.rsplit(".", 1)[-1]
+    return f"{module}.{type(rule).__name__}" if module not in ("__main__", "builtins") else type(rule).__name__
+
+
+def tuning_record_for(probe_mod, target) -> str | None:
+    """The shipped tuning record the target would use, if tvm_pool.schedules says so
+    (``tvm_pool.schedules.tuning_record_for(target, mod) -> str | None``, when it exists)."""
+    try:
+        from .. import schedules  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    fn = getattr(schedules, "tuning_record_for", None)
+    if fn is None or probe_mod is None:
+        return None
+    try:
+        return fn(target, probe_mod)
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def run(args) -> int:
+    from ..onnx.base import converter_for  # pylint: disable=import-outside-toplevel
+
+    model = load_onnx(args.model)
+    overrides = parse_input_shapes(args.input_shapes)
+    target = resolve_target(args.target)
+    from_onnx_function()  # registers tvm_pool's converters
+    quiet_tvm_warnings()
+    shapes = _value_shapes(model, overrides)
+    opset = _node_opset(model, "")
+    print(f"{args.model}: IR version {model.ir_version}, opset {opset}, {len(model.graph.node)} nodes")
+    print(f"target: {target_label(target)}")
+    pooling = [
+        n
+        for n in model.graph.node
+        if n.op_type in POOLING_OPS or converter_for(n.domain, n.op_type) is not None
+    ]
+    if not pooling:
+        print("no pooling nodes")
+        return 0
+    failures = 0
+    for index, node in enumerate(pooling):
+        name = node.name or f"{node.op_type}_{list(model.graph.node).index(node)}"
+        node_opset = _node_opset(model, node.domain)
+        conv = converter_for(node.domain, node.op_type)
+        domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
+        print(f"\n[{index + 1}] node '{name}': {domain}{node.op_type}")
+        if conv is not None:
+            try:
+                handled = f"{domain}{node.op_type} v{conv.since_version(node_opset)} (tvm_pool)"
+            except Exception as err:  # pylint: disable=broad-except
+                handled = f"none: {one_line(err)}"
+                failures += 1
+        else:
+            handled = f"{node.op_type} (stock TVM converter)"
+        print(f"    converter: {handled}")
+        in_shape, dtype = shapes.get(node.input[0], (None, "?")) if node.input else (None, "?")
+        print(f"    input:     {node.input[0] if node.input else '?'} {dtype}{fmt_shape(in_shape)}")
+        try:
+            windows = _windows(node, in_shape)
+        except Exception as err:  # pylint: disable=broad-except
+            windows = None
+            print(f"    geometry:  ? ({one_line(err)})")
+        if windows is not None:
+            out_shape = list(in_shape[:2]) + [w.out_size for w in windows]
+            extra = ""
+            if node.op_type == "MaxPool" and len([o for o in node.output if o]) > 1:
+                extra = " (+ Indices int64, same shape)"
+            print(f"    output:    {fmt_shape(out_shape)}{extra}")
+            print(
+                f"    padding:   begin {fmt_shape([w.pad_begin for w in windows])}, "
+                f"end {fmt_shape([w.pad_end for w in windows])}"
+                + ("" if node.op_type in GLOBAL_POOLS else f" (auto_pad {node_attrs(node).get('auto_pad', 'NOTSET')}, "
+                   f"ceil_mode {int(node_attrs(node).get('ceil_mode', 0))})")
+            )
+        probe = _single_node_model(model, node, shapes)
+        try:
+            probe_mod = None if probe is None else import_onnx(probe, args.verbose)
+        except CliError as err:
+            print(f"    error:     {err}")
+            failures += 1
+            continue
+        try:
+            rule = schedule_rule_for(probe_mod, target)
+        except Exception as err:  # pylint: disable=broad-except
+            rule = f"? ({one_line(err)})"
+        print(f"    schedule:  {rule}")
+        record = tuning_record_for(probe_mod, target)
+        print(f"    tuning:    {record or 'none (no shipped tuning record)'}")
+    if failures:
+        raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
+    return 0

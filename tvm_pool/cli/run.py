@@ -1,0 +1,134 @@
+"""``tvm-pool run model.so --inputs in.npz [-o out.npz] [--repeat N]``: run a compiled module."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Sequence
+
+from .common import CliError, Progress, common_options, fmt_shape, one_line
+
+NAME = "run"
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="run a module compiled by tvm-pool compile")
+    p.add_argument("module", help="the compiled module (.so)")
+    p.add_argument("--inputs", required=True, help=".npz with one array per model input, by input name")
+    p.add_argument("-o", "--output", help="write the outputs, by output name, to this .npz")
+    p.add_argument("--repeat", type=int, help="time N runs and print median/mean/min/max")
+    return p
+
+
+def load_npz(path: str) -> dict:
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise CliError(f"{path}: not an .npz archive (save inputs with numpy.savez)")
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as err:
+        raise CliError(f"{path}: not an .npz archive ({one_line(err)})") from err
+
+
+def check_inputs(signature: dict, arrays: dict, source: str = "inputs") -> list:
+    """The arrays in ``main``'s parameter order, checked against the signature (one-line errors)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    expected = signature["inputs"]
+    names = [t["name"] for t in expected]
+    described = ", ".join(f"{t['name']}{fmt_shape(t['shape'])} {t['dtype']}" for t in expected)
+    extra = sorted(set(arrays) - set(names))
+    if extra:
+        raise CliError(f"{source} has '{extra[0]}', which is not an input of the model (its inputs: {described})")
+    ordered = []
+    for spec in expected:
+        if spec["name"] not in arrays:
+            raise CliError(f"{source} lacks input '{spec['name']}' (the model takes: {described})")
+        arr = np.asarray(arrays[spec["name"]])
+        if spec["dtype"] and str(arr.dtype) != spec["dtype"]:
+            raise CliError(f"input '{spec['name']}' has dtype {arr.dtype}; the model takes {spec['dtype']}")
+        shape = spec["shape"]
+        if shape is not None and (
+            len(shape) != arr.ndim or any(isinstance(d, int) and d != n for d, n in zip(shape, arr.shape))
+        ):
+            raise CliError(f"input '{spec['name']}' has shape {list(arr.shape)}; the model takes {fmt_shape(shape)}")
+        ordered.append(np.ascontiguousarray(arr))
+    return ordered
+
+
+def run_artifact(vm, signature: dict, arrays: list, device) -> list:
+    """Run ``main`` once on numpy arrays; returns numpy outputs in signature order."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+    result = vm[signature.get("entry", "main")](*tensors)
+    outs = [result] if hasattr(result, "numpy") else list(result)
+    return [o.numpy() for o in outs]
+
+
+def time_artifact(vm, signature: dict, arrays: list, device, repeat: int) -> list[float]:
+    """Wall-clock seconds of ``repeat`` calls of ``main`` (after one warm-up call)."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    fn = vm[signature.get("entry", "main")]
+    tensors = [tvm.runtime.tensor(a, device) for a in arrays]
+    fn(*tensors)
+    device.sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*tensors)
+        device.sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def timing_summary(times: Sequence[float]) -> str:
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    t = np.asarray(times) * 1e3
+    return (
+        f"median {np.median(t):.3f} ms, mean {t.mean():.3f} ms, min {t.min():.3f} ms, "
+        f"max {t.max():.3f} ms, std {t.std():.3f} ms over {len(t)} runs"
+    )
+
+
+def run(args) -> int:
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
+    if not os.path.exists(args.module):
+        raise CliError(f"{args.module}: no such file")
+    arrays = load_npz(args.inputs)
+    if args.repeat is not None and args.repeat < 1:
+        raise CliError(f"--repeat must be at least 1, got {args.repeat}")
+    progress = Progress(3 if args.repeat else 2, quiet=args.quiet)
+    progress.step(f"loading {args.module}")
+    try:
+        vm, signature = artifact.load(args.module)
+    except artifact.SignatureError as err:
+        raise CliError(f"{args.module}: {err}") from err
+    except Exception as err:  # pylint: disable=broad-except
+        hint = "; CUDA modules need a GPU and TVM's CUDA runtime" if "cuda" in str(err).lower() else ""
+        raise CliError(f"{args.module}: cannot load as a compiled module ({one_line(err)}){hint}") from err
+    device = artifact.device_for(signature)
+    ordered = check_inputs(signature, arrays, source=args.inputs)
+    progress.step("running main")
+    outputs = run_artifact(vm, signature, ordered, device)
+    names = [t["name"] for t in signature["outputs"]]
+    if len(names) != len(outputs):  # defensive: a hand-made signature
+        names = [f"output_{i}" for i in range(len(outputs))]
+    for name, out in zip(names, outputs):
+        print(f"{name}: {out.dtype}{list(out.shape)}")
+    if args.repeat:
+        progress.step(f"timing {args.repeat} runs")
+        print("timing: " + timing_summary(time_artifact(vm, signature, ordered, device, args.repeat)))
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"wrote {args.output}")
+    return 0
