@@ -64,6 +64,23 @@ def workloads(quick: bool) -> list[Workload]:
                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="float16"),
         Workload("fused_relu_pool_add", "Relu -> 3x3 s2 MaxPool -> Add", "MaxPool", [1, 64, 112, 112],
                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), fused=True),
+        # non-overlapping windows (kernel = stride): each input read once, no pass to share
+        Workload("avgpool3d_k2", "3-D avg 2x2x2 s2 (video, NCDHW)", "AveragePool", [1, 64, 16, 56, 56],
+                 dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+        Workload("maxpool3d_k2", "3-D max 2x2x2 s2 (video, NCDHW)", "MaxPool", [1, 64, 16, 56, 56],
+                 dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+        Workload("maxpool_k3s3", "2-D max 3x3 s3", "MaxPool", [1, 96, 54, 54],
+                 dict(kernel_shape=[3, 3], strides=[3, 3])),
+        # global pools at large batch (out of cache)
+        Workload("gap_b32", "ResNet-50 head, batch 32", "GlobalAveragePool", [32, 2048, 7, 7], large=True),
+        Workload("gmp_b32", "global max, batch 32", "GlobalMaxPool", [32, 2048, 7, 7], large=True),
+        # long windows: more than 16 taps along an axis
+        Workload("inception_v3_head", "Inception-v3 head 8x8 avg", "AveragePool", [1, 2048, 8, 8],
+                 dict(kernel_shape=[8, 8], strides=[1, 1])),
+        Workload("longwin_max1d", "1-D max k32 s1 p16 (time series)", "MaxPool", [1, 64, 4096],
+                 dict(kernel_shape=[32], strides=[1], pads=[16, 16])),
+        Workload("longwin_avg1d", "1-D avg k64 s32 (audio frames)", "AveragePool", [1, 128, 16000],
+                 dict(kernel_shape=[64], strides=[32])),
     ]
     if quick:
         keep = {"resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8"}
@@ -209,7 +226,8 @@ def peer_torch(model, x, threads, w: Workload = None):
     a = w.attrs
     k = a.get("kernel_shape")
     if w.op.startswith("Global"):
-        fn = {"GlobalAveragePool": F.adaptive_avg_pool2d if rank == 2 else None}.get(w.op)
+        fn = {"GlobalAveragePool": F.adaptive_avg_pool2d, "GlobalMaxPool": F.adaptive_max_pool2d}.get(w.op)
+        fn = fn if rank == 2 else None
         if fn is None:
             raise NotAvailable("no torch equivalent")
         call = lambda: fn(t, 1)  # noqa: E731

@@ -169,12 +169,16 @@ def test_separable_passes_chosen():
     assert chain.axes == [0, 1]
     (chain,) = chains([1, 3, 3], [1, 2, 2], shape=(1, 2, 4, 20, 20))
     assert chain.axes == [1, 2]  # the 1-tap axis has no pass
-    assert chains([2, 2], [2, 2]) == []  # no overlap: the direct reduction reads each input once
+    (chain,) = chains([2, 2], [2, 2])  # no overlap: one pass of all 4 taps (compute.pool.few_taps)
+    assert chain.axes == [1]
     (chain,) = chains([3, 1], [1, 1])  # one windowed axis: a single pass
     assert chain.axes == [0]
     (chain,) = chains([4], [4], shape=(1, 2, 40))
     assert chain.axes == [0]
-    assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS
+    assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS, more taps than MAX_ALL_TAPS
+    (chain,) = chains([32], [1], shape=(1, 2, 100))  # long, one axis, contiguous taps: one pass
+    assert chain.axes == [0]
+    assert chains([40], [2], shape=(1, 2, 100)) == []  # long and strided: the reduction loop
 
 
 @pytest.mark.parametrize(
