@@ -33,8 +33,6 @@ from onnx import TensorProto, helper, numpy_helper
 import spec_reference
 from oracles import IR_VERSION
 
-# SAME pads that the formula makes negative (docs/conformance.md row 4).
-NEGATIVE_SAME_PADS = False
 OPSET = 21  # MaxPool-12, AveragePool-19, LpPool-18, GlobalLpPool-2 (onnxruntime has no GlobalLpPool-22)
 ONNX_TYPE = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
 
@@ -147,7 +145,7 @@ class _Builder:
             attrs = self._window_attrs(op, spatial)
             out = self._out_spatial(shape, attrs)
             if (out is not None and min(out) >= 1 and out == _onnx_inferred(spatial, attrs)
-                    and (NEGATIVE_SAME_PADS or not negative_same_pad(spatial, attrs))):
+                    and _onnxruntime_runs_negative_same(op, spatial, attrs)):
                 break
         else:  # pragma: no cover (a 1x1 window always fits)
             attrs, out = {"kernel_shape": [1] * rank}, spatial
@@ -336,13 +334,19 @@ def feeds(graphs, dtype=None) -> dict:
     return out
 
 
-def negative_same_pad(spatial, attrs) -> bool:
-    """Does the SAME padding formula go negative on some axis (a kernel shorter than the stride)?"""
-    if not attrs.get("auto_pad", "NOTSET").startswith("SAME"):
-        return False
+def _onnxruntime_runs_negative_same(op, spatial, attrs) -> bool:
+    """SAME padding whose total goes negative (kernel shorter than the stride) is kept where
+    onnxruntime computes it as the ONNX text does (docs/conformance.md row 4): not MaxPool
+    without Indices (refused), and only totals whose split onnxruntime rounds the same way
+    (even for SAME_UPPER, odd for SAME_LOWER)."""
+    mode = attrs.get("auto_pad", "NOTSET")
+    if not mode.startswith("SAME"):
+        return True
     rank = len(spatial)
-    for n, k, s, d in zip(spatial, attrs["kernel_shape"], attrs.get("strides", [1] * rank),
-                          attrs.get("dilations", [1] * rank)):
-        if (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n < 0:
-            return True
-    return False
+    for n, k, s in zip(spatial, attrs["kernel_shape"], attrs.get("strides", [1] * rank)):
+        total = (math.ceil(n / s) - 1) * s + k - n
+        if total >= 0:
+            continue
+        if op == "MaxPool" or (total % 2 == 0) != (mode == "SAME_UPPER"):
+            return False
+    return True
