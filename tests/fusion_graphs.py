@@ -13,7 +13,9 @@ TVM's FuseOps put producers, the pool and its consumers into one PrimFunc:
   pool, several pools over one producer (concatenated when their shapes agree).
 
 Graphs stay inside what onnxruntime and tvm_pool agree on (docs/conformance.md): explicit pads
-below the kernel, no dilations under SAME, no ceil_mode with auto_pad, no NaN. Inputs and
+below the kernel, no dilations under SAME, no ceil_mode with auto_pad, no NaN, negative SAME
+pads (row 4) only where onnxruntime splits them as the ONNX text does, and no ceil-mode window
+starting past the data (ONNX's shape inference keeps it, so a Concat with it does not load). Inputs and
 constants are small multiples of 1/8 (exact in float16 too), so the producers are exact and
 argmax ties are real ties, which both runtimes break the same way (first in scan order).
 

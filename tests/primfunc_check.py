@@ -118,8 +118,8 @@ def _np_dtype(dtype: str):
 def make_args(func: tirx.PrimFunc, seed: int):
     """Random arrays for every buffer parameter (None when a shape is symbolic).
 
-    Floats: N(0, 1) with repeated values (ties); ints: distinct values below the size of the
-    smallest float buffer (valid indices for gathers and unpooling scatters)."""
+    Floats: N(0, 1) with repeated values (ties); ints: a permutation folded below the size of the
+    smallest float buffer (valid, mostly distinct indices for gathers and unpooling scatters)."""
     rng = np.random.default_rng(seed)
     bufs = _buffers(func)
     if bufs is None:
@@ -141,11 +141,8 @@ def make_args(func: tirx.PrimFunc, seed: int):
         elif dtype == "bool":
             arr = rng.integers(0, 2, size=size).astype(np.bool_)
         else:
-            info = np.iinfo(dtype)
-            if info.min < 0 or dtype.startswith("uint"):
-                arr = (rng.permutation(size) % bound).astype(dtype)
-            else:
-                arr = rng.integers(0, min(bound, info.max), size=size).astype(dtype)
+            limit = max(1, min(bound, int(np.iinfo(dtype).max)))
+            arr = (rng.permutation(size) % limit).astype(dtype)
         arrays.append(arr.reshape(shape))
     return arrays
 
@@ -189,8 +186,13 @@ def _differs(got, want) -> str:
 
 
 def check_lowered(lowered: tvm.IRModule, target, seed: int = 0) -> Report:
+    return check_pairs(scheduled_prim_funcs(lowered, target), target, seed)
+
+
+def check_pairs(pairs, target, seed: int = 0) -> Report:
+    """Compare each (symbol, unscheduled, scheduled) PrimFunc pair on the same random inputs."""
     report = Report([], [], [])
-    for symbol, plain, scheduled in scheduled_prim_funcs(lowered, target):
+    for symbol, plain, scheduled in pairs:
         arrays = make_args(plain, seed)
         if arrays is None:
             report.unchecked.append((symbol, "symbolic shape"))

@@ -27,7 +27,7 @@ from tvm import relax
 import tvm_pool
 from fusion_graphs import feeds, random_graph, to_model
 from oracles import run_onnxruntime
-from primfunc_check import check_module
+from primfunc_check import check_module, check_pairs
 
 X86 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
 
@@ -172,3 +172,17 @@ def test_suite_catches_a_wrong_output():
     ours[name].reshape(-1)[0] += 1.0
     problems = compare(g, ours, want)
     assert problems and name in problems[0]
+
+
+def test_primfunc_check_names_a_wrong_function():
+    """The per-PrimFunc checker is not vacuous: a "scheduled" function computing something else
+    is reported under its symbol and buffer; an identical one is not."""
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    a = te.placeholder((4, 8), "float32", name="a")
+    plain = te.create_prim_func([a, te.compute((4, 8), lambda i, j: a[i, j] + 1, name="out")])
+    wrong = te.create_prim_func([a, te.compute((4, 8), lambda i, j: a[i, j] * 2, name="out")])
+    report = check_pairs([("fused_pool_concat", plain, wrong), ("same", plain, plain)], X86)
+    assert report.checked == ["fused_pool_concat", "same"]
+    assert [(m.symbol, m.param) for m in report.mismatches] == [("fused_pool_concat", "out")]
+    assert "fused_pool_concat" in report.summary()
