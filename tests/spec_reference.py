@@ -17,7 +17,7 @@ def _axis_geometry(n, k, s, d, pb, pe, auto_pad, ceil_mode):
     ek = (k - 1) * d + 1
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = math.ceil(n / s)
-        total = max((out - 1) * s + ek - n, 0)
+        total = (out - 1) * s + ek - n  # may be negative (kernel < stride): windows shift, row 4
         pb, pe = (total // 2, total - total // 2) if auto_pad == "SAME_UPPER" else (total - total // 2, total // 2)
         return out, pb, pe
     if auto_pad == "VALID":

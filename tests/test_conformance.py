@@ -35,10 +35,62 @@ def test_valid_ignores_ceil_mode():
     np.testing.assert_array_equal(y.reshape(-1), [2, 4, 6])
 
 
-def test_negative_same_pad_is_clamped():
-    # in 5, k 1, s 3: formula pad = (2-1)*3 + 1 - 5 = -1 -> 0; windows start at 0 and 3
+def test_negative_same_pad_shifts_windows():
+    # in 5, k 1, s 3: total = (2-1)*3 + 1 - 5 = -1; SAME_UPPER begin floor(-1/2) = -1: windows
+    # start at 1 and 4 (docs/conformance.md row 4; tests/test_negative_same_pad.py for the rest)
     (y,) = pool("MaxPool", ONE_TO_SEVEN[..., :5], kernel_shape=[1], strides=[3], auto_pad="SAME_UPPER")
+    np.testing.assert_array_equal(y.reshape(-1), [2, 5])
+    (y,) = pool("MaxPool", ONE_TO_SEVEN[..., :5], kernel_shape=[1], strides=[3], auto_pad="SAME_LOWER")
     np.testing.assert_array_equal(y.reshape(-1), [1, 4])
+
+
+def _oracle(run, op, x, opset=22, outputs=1, **attrs):
+    from oracles import try_run  # pylint: disable=import-outside-toplevel
+
+    out, err = try_run(run, pool_model(op, list(x.shape), str(x.dtype), opset, outputs, **attrs), {"X": x})
+    return [np.asarray(o).reshape(-1).tolist() for o in out] if out is not None else err
+
+
+_X24 = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+_ORACLE_COLUMNS = [
+    # (row, oracle, op, x, opset, outputs, attrs, expected outputs or a piece of the error)
+    (1, "ort", "MaxPool", ONE_TO_SEVEN, 22, 1, dict(kernel_shape=[3], strides=[2], auto_pad="SAME_LOWER"), [[2, 4, 6, 7]]),
+    (1, "ref", "MaxPool", ONE_TO_SEVEN, 22, 1, dict(kernel_shape=[3], strides=[2], auto_pad="SAME_LOWER"), [[3, 5, 7]]),
+    (2, "ort", "MaxPool", ONE_TO_SEVEN[..., :5], 22, 1, dict(kernel_shape=[2], dilations=[2], auto_pad="SAME_UPPER"), [[3, 4, 5, 4]]),
+    (2, "ref", "MaxPool", ONE_TO_SEVEN[..., :5], 22, 1, dict(kernel_shape=[2], dilations=[2], auto_pad="SAME_UPPER"), [[2, 3, 4, 5, 4]]),
+    (2, "ref", "AveragePool", ONE_TO_SEVEN[..., :5], 22, 1, dict(kernel_shape=[2], dilations=[2], auto_pad="SAME_UPPER"), [[2, 3, 4, 4, 0]]),
+    (3, "ort", "MaxPool", ONE_TO_SEVEN, 22, 1, dict(kernel_shape=[2], strides=[2], auto_pad="VALID", ceil_mode=1), [[2, 4, 6, 7]]),
+    (3, "ref", "MaxPool", ONE_TO_SEVEN, 22, 1, dict(kernel_shape=[2], strides=[2], auto_pad="VALID", ceil_mode=1), [[2, 4, 6]]),
+    (3, "ref", "AveragePool", ONE_TO_SEVEN, 22, 1, dict(kernel_shape=[2], strides=[2], auto_pad="VALID", ceil_mode=1), "ceil_mode is not supported with auto_pad"),
+    (6, "ort", "MaxPool", ONE_TO_SEVEN[..., :3], 22, 1, dict(kernel_shape=[2], pads=[3, 3]), "pool_attributes.h"),
+    (6, "ref", "AveragePool", ONE_TO_SEVEN[..., :3], 22, 1, dict(kernel_shape=[2], pads=[3, 3], count_include_pad=1), [[0, 0, 0.5, 1.5, 2.5, 1.5, 0, 0]]),
+    (7, "ort", "MaxPool", np.array([1, np.nan, 3, 2, np.nan, 0, 5], dtype=np.float32).reshape(1, 1, 7), 22, 2, dict(kernel_shape=[3]), [[3, np.nan, 3, 2, np.nan], [2, 1, 2, 3, 4]]),
+    (7, "ref", "MaxPool", np.array([1, np.nan, 3, 2, np.nan, 0, 5], dtype=np.float32).reshape(1, 1, 7), 22, 2, dict(kernel_shape=[3]), [[3, 3, 3, 2, 5], [2, 2, 2, 3, 6]]),
+    (9, "ort", "MaxPool", _X24, 22, 2, dict(kernel_shape=[2, 2], storage_order=1), [list(range(5, 8)) + list(range(9, 12)) + list(range(17, 20)) + list(range(21, 24)), [4, 7, 10, 5, 8, 11, 16, 19, 22, 17, 20, 23]]),
+    (10, "ref", "MaxPool", _X24, 22, 2, dict(kernel_shape=[2, 2]), [list(range(5, 8)) + list(range(9, 12)) + list(range(17, 20)) + list(range(21, 24)), [4, 5, 6, 8, 9, 10] * 2]),
+    (11, "ort", "AveragePool", ONE_TO_SEVEN[..., :6], 22, 1, dict(kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1, count_include_pad=1), [[1, 3, 5, 3]]),
+    (12, "ort", "AveragePool", ONE_TO_SEVEN[..., :3], 1, 1, dict(kernel_shape=[2], pads=[1, 1]), "NOT_IMPLEMENTED"),
+    (12, "ref", "AveragePool", ONE_TO_SEVEN[..., :3], 1, 1, dict(kernel_shape=[2], pads=[1, 1]), [[0.5, 1.5, 2.5, 1.5]]),
+    (15, "ort", "LpPool", ONE_TO_SEVEN[..., :5], 18, 1, dict(kernel_shape=[2], strides=[2], ceil_mode=1, p=1), [[3, 7, 5]]),
+    (15, "ref", "LpPool", ONE_TO_SEVEN[..., :5], 18, 1, dict(kernel_shape=[2], strides=[2], ceil_mode=1, p=1), [[3, 7, 10]]),
+]
+
+
+@pytest.mark.parametrize("row,oracle,op,x,opset,outputs,attrs,expected", _ORACLE_COLUMNS,
+                         ids=[f"row{c[0]}-{c[1]}-{c[2]}" for c in _ORACLE_COLUMNS])
+def test_oracle_columns(row, oracle, op, x, opset, outputs, attrs, expected):
+    """What docs/conformance.md says each oracle does, on the row's example (onnxruntime 1.31.1,
+    onnx.reference 1.23.2 as pinned); a new oracle version that changes a column fails here."""
+    from oracles import run_reference  # pylint: disable=import-outside-toplevel
+
+    got = _oracle(run_onnxruntime if oracle == "ort" else run_reference, op, x, opset, outputs, **attrs)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and expected in got, f"row {row}: {got}"
+    else:
+        assert not isinstance(got, str), f"row {row}: {got}"
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(np.asarray(g, dtype=np.float64), np.asarray(e, dtype=np.float64), err_msg=f"row {row}")
 
 
 @pytest.mark.parametrize("op,opset", [("MaxPool", 10), ("MaxPool", 11), ("MaxPool", 12), ("MaxPool", 22),

@@ -53,7 +53,28 @@ def allowed_dtypes(op, opset):
     return dtypes
 
 
-def make_case(rng: np.random.Generator) -> Case:
+def make_case(rng: np.random.Generator, negative_same: bool = False) -> Case:
+    """A random case; ``negative_same``: a windowed op with SAME padding whose formula goes
+    negative on some axis (kernel shorter than the stride, docs/conformance.md row 4), which the
+    plain draw rarely hits."""
+    if negative_same:
+        for _ in range(1000):
+            case = make_case(rng)
+            if case.op.startswith("Global"):
+                continue
+            case.attrs.pop("pads", None)
+            case.attrs.pop("ceil_mode", None)  # onnx.reference refuses ceil_mode with auto_pad
+            case.attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER"]))
+            rank = len(case.shape) - 2
+            strides = case.attrs.get("strides", [1] * rank)
+            dil = case.attrs.get("dilations", [1] * rank)
+            axis = int(rng.integers(0, rank))
+            ek = (case.attrs["kernel_shape"][axis] - 1) * dil[axis] + 1
+            strides[axis] = ek + int(rng.integers(1, 3))
+            case.attrs["strides"] = strides
+            if negative_same_axes(case):
+                return case
+        raise AssertionError("no negative SAME case drawn")
     op = rng.choice(list(OPSETS))
     opset = int(rng.choice(OPSETS[op]))
     dtype = str(rng.choice(allowed_dtypes(op, opset), p=None))
@@ -164,10 +185,16 @@ def documented_divergences(case: Case) -> dict[str, set[str]]:
         ort.add("same_dilated")
         ref.add("same_dilated")
     if auto_pad.startswith("SAME"):
-        for n, k, s, d in zip(case.shape[2:], kernel, strides, dil):
-            if (math.ceil(n / s) - 1) * s + k - n < 0 or (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n < 0:
-                ort.add("same_negative_pad")
-                ref.add("same_negative_pad")
+        negative = negative_same_axes(case)
+        if negative:
+            # onnxruntime rounds the split of a negative total toward zero, and refuses MaxPool
+            # without Indices and dilations; onnx.reference runs MaxPool SAME_UPPER only
+            if any(ort_split != ours for ours, ort_split in negative):
+                ort.add("ort_negative_same_pad_rounding")
+            if case.op == "MaxPool" and case.num_outputs == 1 and all(d == 1 for d in dil):
+                ort.add("ort_refuses_negative_same_pad")
+            if case.op != "MaxPool" or auto_pad == "SAME_LOWER":
+                ref.add("ref_negative_same_pad")
         if case.num_outputs == 2:
             ref.add("ref_indices_in_padded_tensor")
     if auto_pad != "NOTSET" and a.get("ceil_mode"):
@@ -197,6 +224,26 @@ def documented_divergences(case: Case) -> dict[str, set[str]]:
     if case.op in ("LpPool", "GlobalLpPool") and case.opset == 1 and case.dtype == "float64":
         ref.add("ref_lp_v1_float32_p")
     return {"onnxruntime": ort, "onnx.reference": ref}
+
+
+def negative_same_axes(case: Case):
+    """(our begin pad, onnxruntime's begin pad) for every axis whose SAME total is negative.
+    Ours splits as the ONNX text says (begin = floor(total / 2) for SAME_UPPER, total - that
+    for SAME_LOWER); onnxruntime truncates toward zero (and uses the undilated kernel)."""
+    a = case.attrs
+    auto_pad = a.get("auto_pad", "NOTSET")
+    if not auto_pad.startswith("SAME"):
+        return []
+    rank = len(case.shape) - 2
+    found = []
+    for n, k, s, d in zip(case.shape[2:], a["kernel_shape"], a.get("strides", [1] * rank), a.get("dilations", [1] * rank)):
+        total = (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n
+        ort_total = (math.ceil(n / s) - 1) * s + k - n
+        if total < 0 or ort_total < 0:
+            ours = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            theirs = int(ort_total / 2) if auto_pad == "SAME_UPPER" else int((ort_total + 1) / 2)
+            found.append((ours, theirs))
+    return found
 
 
 def oracle_lacks_kernel(error: str) -> bool:
@@ -273,4 +320,20 @@ def test_differential(case, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("case,seed", _cases(3000, 7), ids=str)
 def test_differential_large(case, seed):
+    check_case(case, seed)
+
+
+def _negative_same_cases(count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return [(make_case(rng, negative_same=True), seed * 100_000 + i) for i in range(count)]
+
+
+@pytest.mark.parametrize("case,seed", _negative_same_cases(30, 4), ids=str)
+def test_differential_negative_same_pad(case, seed):
+    check_case(case, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,seed", _negative_same_cases(300, 11), ids=str)
+def test_differential_negative_same_pad_large(case, seed):
     check_case(case, seed)

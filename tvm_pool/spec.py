@@ -138,16 +138,27 @@ def same_output_size(in_size: Dim, stride: int) -> Dim:
     return ceildiv(in_size, stride)
 
 
-def same_padding(in_size: Dim, kernel: int, stride: int, dilation: int, mode: str) -> tuple[Dim, Dim]:
+def same_padding(
+    in_size: Dim, kernel: int, stride: int, dilation: int, mode: str, clamp: bool = False
+) -> tuple[Dim, Dim]:
     """(pad_begin, pad_end) for SAME_UPPER / SAME_LOWER.
 
     total = (out - 1) * stride + dilated_kernel - in, with the *dilated* kernel as the spec
-    writes it (onnxruntime uses the undilated one), clamped at 0 where the formula goes negative
-    (a window that fits without padding needs none; negative padding would crop data).
-    The odd pixel goes to the end for SAME_UPPER and to the beginning for SAME_LOWER.
+    writes it (onnxruntime uses the undilated one). The total is split as the ONNX text says:
+    equally, the odd one going to the end for SAME_UPPER and to the beginning for SAME_LOWER,
+    i.e. ``floor(total / 2)`` on the other side.
+
+    The total goes negative when the dilated kernel is shorter than the stride (in 9, stride 3,
+    kernel 1: -2). ONNX then uses it as written (docs/conformance.md row 4): a negative begin pad
+    shifts every window into the data (pads (-1, -1): windows start at 1, 4, 7), which is what
+    onnxruntime and onnx.reference compute; a negative end pad only says the last taps stay
+    short of the end. ``clamp=True`` clamps the total at 0 instead (TensorRT's SAME modes,
+    docs/tensorrt_and_openvino.md, like TensorFlow).
     """
     out = same_output_size(in_size, stride)
-    total = maximum((out - 1) * stride + effective_kernel(kernel, dilation) - as_dim(in_size), 0)
+    total = (out - 1) * stride + effective_kernel(kernel, dilation) - as_dim(in_size)
+    if clamp:
+        total = maximum(total, 0)
     small = floordiv(total, 2)
     large = total - small
     if mode == "SAME_UPPER":
@@ -293,14 +304,15 @@ def trt_padding(in_size: Dim, window: int, stride: int, pre: Dim, post: Dim, mod
     """(pad_begin, pad_end) a TensorRT padding mode resolves to.
 
     SAME_*: P = floor((I - 1) / S) * S + F - I, which is :func:`same_padding`'s total
-    ((ceil(I / S) - 1) * S + F - I); like ONNX runtimes and TensorFlow we clamp P at 0 where the
-    formula goes negative (F < S): TensorRT's text does not say what negative padding would do.
+    ((ceil(I / S) - 1) * S + F - I); like TensorFlow we clamp P at 0 where the formula goes
+    negative (F < S): TensorRT's text does not say what negative padding would do (ONNX's SAME,
+    which does not clamp, is docs/conformance.md row 4).
     SAME_UPPER puts floor(P / 2) before, SAME_LOWER after. CAFFE_*: (pre, pre).
     """
     if mode in ("EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP"):
         return as_dim(pre), as_dim(post)
     if mode in ("SAME_UPPER", "SAME_LOWER"):
-        return same_padding(in_size, window, stride, 1, mode)
+        return same_padding(in_size, window, stride, 1, mode, clamp=True)
     if mode in ("CAFFE_ROUND_DOWN", "CAFFE_ROUND_UP"):
         return as_dim(pre), as_dim(pre)
     raise ValueError(f"padding_mode must be one of {TRT_PADDING_MODES}, got {mode!r}")
