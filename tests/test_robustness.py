@@ -133,6 +133,15 @@ def files(tmp_path_factory):
     onnx.save(unpool, paths.unpool_onnx)
     paths.unpool_so = root / "unpool.so"
     assert cli.main(["-q", "compile", str(paths.unpool_onnx), "-o", str(paths.unpool_so)]) == 0
+
+    adaptive = make_model(
+        [helper.make_node("AdaptiveAvgPool", ["x", "s"], ["y"], name="ap", domain="tvm_pool")],
+        [tensor("x", F, [1, 2, 8, 8]), tensor("s", I64, [2])], [tensor("y", F, None)],
+        opsets=(("", 19), ("tvm_pool", 1)),
+    )
+    onnx.save(adaptive, root / "adaptive.onnx")
+    paths.adaptive_so = root / "adaptive.so"
+    assert cli.main(["-q", "compile", str(root / "adaptive.onnx"), "-o", str(paths.adaptive_so)]) == 0
     return paths
 
 
@@ -217,6 +226,21 @@ def test_adaptive_runtime_output_size_is_checked(op):
             vm["main"](x, tvm.runtime.tensor(np.array(size, np.int64)))
     good = vm["main"](x, tvm.runtime.tensor(np.array([3, 5], np.int64)))
     assert (good if hasattr(good, "shape") else good[0]).shape == (1, 2, 3, 5)
+
+
+@pytest.mark.parametrize(
+    "size,expected",
+    [
+        ([0, 3], "input output_size values must be >= 1"),
+        ([1 << 62, 1], "input output_size gives an output too large to allocate"),
+        ([1 << 20, 1 << 20], "out of memory"),  # fits int64 (16 TB): the allocation itself fails
+    ],
+)
+def test_adaptive_runtime_output_size_from_the_cli(files, tmp_path, size, expected):
+    np.savez(tmp_path / "in.npz", x=np.zeros((1, 2, 8, 8), np.float32), s=np.array(size, np.int64))
+    assert_one_line(
+        run_forked(["-q", "run", str(files.adaptive_so), "--inputs", str(tmp_path / "in.npz")], tmp_path), expected
+    )
 
 
 def test_adaptive_static_output_size_too_large_is_refused():
