@@ -300,6 +300,20 @@ def test_max_pool_with_indices_on_huge_axes_compiles_fast_and_reads_x(n):
     assert body.count("\n") < 2000  # not unrolled over the axis
 
 
+@pytest.mark.parametrize("shape", [[1, 1, 2**15, 2**15], [1, 2, 2**15, 2**15], [2, 2, 2**15, 2**15]])
+def test_max_unpool_of_2_to_the_31_elements_compiles(shape):
+    # was: "Literal value 2147483648 exceeds range of int32" from TVM's reshape rewriting
+    model = make_model(
+        [helper.make_node("MaxUnpool", ["x", "i"], ["y"], name="unpool", kernel_shape=[2, 2], strides=[2, 2])],
+        [tensor("x", F, shape), tensor("i", I64, shape)], [tensor("y", F, None)], opsets=(("", 11),),
+    )
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tvm_pool.compile(tvm_pool.from_onnx(model), "llvm")  # compile only
+    assert time.perf_counter() - start < 30
+
+
 # --------------------------------------------------------------------------------------------
 # 3. No lost files.
 # --------------------------------------------------------------------------------------------

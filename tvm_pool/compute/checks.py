@@ -15,6 +15,7 @@ outside the buffer.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import tvm
@@ -81,20 +82,53 @@ def checked_sizes(
     return te.extern([count], inputs, body, name="checked_sizes", dtype="int64")
 
 
-def unpool_scatter(data: te.Tensor, indices: te.Tensor, size, message: str, shape_message: str) -> te.Tensor:
-    """A flat tensor of ``size`` zeros with ``data[k]`` written at ``indices[k]`` (both flat);
-    an index outside ``[0, size)`` fails with ``IndexError: message``, indices of another
-    length than data with ``ValueError: shape_message``."""
+# Serial loops are written as two nested loops of at most this many iterations each: TVM's
+# UnrollLoop overflows an int on longer innermost loops (see lowering.MAX_SERIAL_EXTENT).
+_LOOP_CHUNK = 1 << 20
+
+
+def _serial_loop(extent, body):
+    """``for k in range(extent): body(k)`` (int64), nested in chunks when it may be long."""
+    extent = _i64(extent)
+    zero = tirx.const(0, "int64")
+    if isinstance(extent, tirx.IntImm) and int(extent) <= _LOOP_CHUNK:
+        k = tirx.Var("k", "int64")
+        return tirx.For(k, zero, extent, tirx.ForKind.SERIAL, body(k))
+    outer, inner = tirx.Var("k_outer", "int64"), tirx.Var("k_inner", "int64")
+    chunk = tirx.const(_LOOP_CHUNK, "int64")
+    k = outer * chunk + inner
+    guarded = tirx.IfThenElse(k < extent, body(k), None)
+    inner_loop = tirx.For(inner, zero, chunk, tirx.ForKind.SERIAL, guarded)
+    return tirx.For(outer, zero, tirx.floordiv(extent + chunk - 1, chunk), tirx.ForKind.SERIAL, inner_loop)
+
+
+def _flat_view(buf, stmts: list):
+    """A 1-D view of ``buf`` (same memory), declared by appending to ``stmts``."""
+    size = functools.reduce(lambda a, b: a * b, [_i64(d) for d in buf.shape], tirx.const(1, "int64"))
+    view = tirx.decl_buffer((size,), buf.dtype, name=f"{buf.name}_flat", data=buf.data, elem_offset=buf.elem_offset)
+    stmts.append(tirx.DeclBuffer(view, data=buf.data))
+    return view
+
+
+def unpool_scatter(data: te.Tensor, indices: te.Tensor, shape, message: str, shape_message: str) -> te.Tensor:
+    """A tensor of ``shape`` of zeros with each ``data`` value written at the flat position its
+    ``indices`` value gives (row-major over ``shape``); an index outside ``[0, size)`` fails
+    with ``IndexError: message``, indices of another size than data with ``ValueError:
+    shape_message``. Flat views inside the kernel, so no reshape (TVM's reshape rewriting
+    breaks on tensors of 2^31 elements or more)."""
 
     def body(ins, outs):
-        x, idx, out = ins[0], ins[1], outs[0]
-        j, k = tirx.Var("j", "int64"), tirx.Var("k", "int64")
-        zero = tirx.const(0, "int64")
-        fill = tirx.For(j, zero, _i64(out.shape[0]), tirx.ForKind.SERIAL, tirx.BufferStore(out, tirx.const(0, out.dtype), [j]))
-        at = tirx.BufferLoad(idx, [k])
-        inside = tirx.all(at >= 0, at < _i64(out.shape[0]))
-        scatter = tirx.SeqStmt([_assert(inside, "IndexError", message), tirx.BufferStore(out, tirx.BufferLoad(x, [k]), [at])])
-        same_length = _assert(_i64(x.shape[0]) == _i64(idx.shape[0]), "ValueError", shape_message)
-        return tirx.SeqStmt([same_length, fill, tirx.For(k, zero, _i64(x.shape[0]), tirx.ForKind.SERIAL, scatter)])
+        stmts = []
+        x, idx, out = (_flat_view(b, stmts) for b in (ins[0], ins[1], outs[0]))
 
-    return te.extern([size], [data, indices], body, name="unpool_scatter", dtype=str(data.dtype))
+        def scatter(k):
+            at = tirx.BufferLoad(idx, [k])
+            inside = tirx.all(at >= 0, at < out.shape[0])
+            return tirx.SeqStmt([_assert(inside, "IndexError", message), tirx.BufferStore(out, tirx.BufferLoad(x, [k]), [at])])
+
+        stmts.append(_assert(x.shape[0] == idx.shape[0], "ValueError", shape_message))
+        stmts.append(_serial_loop(out.shape[0], lambda j: tirx.BufferStore(out, tirx.const(0, out.dtype), [j])))
+        stmts.append(_serial_loop(x.shape[0], scatter))
+        return tirx.SeqStmt(stmts)
+
+    return te.extern([list(shape)], [data, indices], body, name="unpool_scatter", dtype=str(data.dtype))

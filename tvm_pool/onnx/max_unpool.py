@@ -52,16 +52,15 @@ class MaxUnpool(PoolingConverter):
         requested = None
         if output_shape is not None:
             requested = cls._requested_shape(bb, ctx, output_shape, inferred, data)
-        flat = bb.emit_te(
+        unpooled = bb.emit_te(
             checks.unpool_scatter,
-            bb.emit(relax.op.reshape(data, [-1])),
-            bb.emit(relax.op.reshape(indices, [-1])),
-            total,
+            data,
+            indices,
+            list(inferred.values),
             str(InvalidModelError(ctx, f"input I has an index out of bounds; valid range is [0, {_fmt(total)})")),
             str(InvalidModelError(ctx, "input I must have the shape of input X")),
             primfunc_name_hint="tvm_pool_unpool_scatter",
         )
-        unpooled = bb.emit(relax.op.reshape(flat, inferred))
         if requested is None:
             return unpooled
         canvas = bb.emit(relax.op.zeros(requested, data.ty.dtype))
