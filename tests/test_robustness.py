@@ -64,6 +64,7 @@ def compile_vm(model):
 
 
 def _child(argv, err_path):
+    gc.collect()  # native objects inherited from earlier in-process tests warn when freed
     os.dup2(os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (pytest's capture is not fd 1/2)
@@ -76,6 +77,7 @@ def _child(argv, err_path):
 
 def run_forked(argv, tmp_path) -> tuple[int, str]:
     """``tvm-pool ARGV`` in a forked child: (exit code, negative for a signal; stderr)."""
+    gc.collect()
     err_path = tmp_path / f"stderr_{time.monotonic_ns()}.txt"
     child = multiprocessing.get_context("fork").Process(target=_child, args=(argv, str(err_path)))
     child.start()
