@@ -41,6 +41,11 @@ class SignatureError(Exception):
     """The artifact has no (readable) tvm_pool signature."""
 
 
+class ArtifactError(Exception):
+    """The file is not a shared library this machine can load (checked before dlopen, which
+    crashes the process on a truncated file instead of failing)."""
+
+
 # --------------------------------------------------------------------------------------------
 # Writing (needs TVM's compiler: Relax types and the BlockBuilder).
 # --------------------------------------------------------------------------------------------
@@ -162,11 +167,52 @@ def device_for(signature: dict):
     return tvm.cuda() if kind == "cuda" else tvm.cpu()
 
 
+# ELF e_machine values of the CPUs tvm-pool targets (and a few it may meet).
+_ELF_MACHINES = {3: "i386", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
+_HOST_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def check_shared_object(path: str) -> None:
+    """Raise :class:`ArtifactError` unless ``path`` is a complete ELF shared library for this
+    machine's CPU: the header, program headers, loadable segments and section headers must
+    lie inside the file (a truncated file makes dlopen die of SIGBUS), and the machine field
+    must match (dlopen only says "cannot open shared object file")."""
+    import platform  # pylint: disable=import-outside-toplevel
+    import struct  # pylint: disable=import-outside-toplevel
+
+    with open(path, "rb") as f:
+        data = f.read()
+    size = len(data)
+    if size < 64 or data[:4] != b"\x7fELF":
+        raise ArtifactError("not a shared library (no ELF header); compile one with tvm-pool compile")
+    if data[4] != 2 or data[5] not in (1, 2):
+        raise ArtifactError("not a 64-bit ELF shared library")
+    end = "<" if data[5] == 1 else ">"
+    e_type, e_machine = struct.unpack_from(end + "HH", data, 16)
+    phoff, shoff = struct.unpack_from(end + "QQ", data, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from(end + "HHHH", data, 54)
+    if e_type != 3:
+        raise ArtifactError("an ELF file but not a shared library")
+    arch = _ELF_MACHINES.get(e_machine, f"ELF machine {e_machine}")
+    host = _HOST_MACHINES.get(platform.machine().lower(), platform.machine().lower())
+    if arch != host:
+        raise ArtifactError(f"built for {arch}; this machine is {host} (run it on an {arch} machine)")
+    truncated = ArtifactError(f"truncated shared library ({size} bytes; its headers describe a longer file)")
+    if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size or phentsize < 56:
+        raise truncated
+    for i in range(phnum):
+        p_type, _flags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack_from(end + "IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD
+            raise truncated
+
+
 def load(path: str, device=None):
-    """Load an artifact: returns ``(VirtualMachine, signature)``. Runtime-only TVM suffices."""
+    """Load an artifact: returns ``(VirtualMachine, signature)``. Runtime-only TVM suffices.
+    The file is checked first (:func:`check_shared_object`)."""
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm.runtime.vm import VirtualMachine  # pylint: disable=import-outside-toplevel
 
+    check_shared_object(path)
     lib = tvm.runtime.load_module(path)
     probe = VirtualMachine(lib, tvm.cpu()) if device is None else None
     if probe is not None:

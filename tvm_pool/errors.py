@@ -25,7 +25,9 @@ class OpContext:
     def describe(self) -> str:
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
         where = f"{op}-{self.opset}" if self.opset is not None else op
-        return f"node '{self.node}' ({where})" if self.node else where
+        # A node name is the model's text: escape line breaks so a message stays one line.
+        node = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in self.node)
+        return f"node '{node}' ({where})" if node else where
 
 
 class InvalidModelError(TvmPoolError):

@@ -67,6 +67,55 @@ def schedule_passes(target: tvm.target.Target) -> list:
     return [schedule_pass(target)]
 
 
+# TVM 0.27's UnrollLoop pass decides whether to unroll a loop from ``extent * steps`` computed
+# in a C++ int: a serial loop of 2^28 or more iterations over an unrolled body overflows it,
+# passes the "small enough" test, and is unrolled in full (tens of GB and minutes to compile
+# an axis of 2^28). Loops longer than this are split so no extent reaches that product; the
+# outer part of a split is not innermost, which UnrollLoop never unrolls. Loops this long run
+# for milliseconds at least, so the split costs nothing measurable.
+MAX_SERIAL_EXTENT = 1 << 20
+
+
+def split_long_serial_loops(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``func`` with every serial loop of constant extent above :data:`MAX_SERIAL_EXTENT` split."""
+    from tvm import s_tir, tirx  # pylint: disable=import-outside-toplevel
+
+    sch = s_tir.Schedule(func)
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # pylint: disable=broad-except
+        return func  # not a block-level function (no root block): nothing scheduled to split
+    changed, split_any = True, False
+    while changed:
+        changed = False
+        for block in blocks:
+            for loop in sch.get_loops(block):
+                node = sch.get(loop)
+                if (
+                    node.kind == tirx.ForKind.SERIAL
+                    and isinstance(node.extent, tirx.IntImm)
+                    and int(node.extent) > MAX_SERIAL_EXTENT
+                ):
+                    sch.split(loop, [None, MAX_SERIAL_EXTENT])
+                    changed = split_any = True
+                    break
+            if changed:
+                break
+    if not split_any:
+        return func
+    return sch.mod["main"]
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_pool.SplitLongSerialLoops")
+def _split_long_serial_loops(mod, _ctx):
+    for gv, func in list(mod.functions_items()):
+        if isinstance(func, tvm.tirx.PrimFunc):
+            split = split_long_serial_loops(func)
+            if not split.same_as(func):
+                mod[gv] = split
+    return mod
+
+
 def _backend(target: tvm.target.Target):
     """TVM's per-backend pass lists (the module, since the CPU package does not re-export all)."""
     # pylint: disable=import-outside-toplevel
@@ -96,6 +145,7 @@ def pipeline(target: tvm.target.Target, *, schedule: bool = True) -> tvm.transfo
     if schedule:
         passes += schedule_passes(target)
     passes += legalize[first_default:]
+    passes.append(_split_long_serial_loops)
     passes += backend.dataflow_lower_passes(target)
     passes += backend.finalize_passes(target)
 

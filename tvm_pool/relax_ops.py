@@ -23,6 +23,7 @@ from typing import Sequence
 from tvm import relax
 
 from . import compute
+from .compute import checks
 
 
 def _window_pool(bb, fn, name, data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, **extra):
@@ -108,12 +109,14 @@ def global_pool(bb: relax.BlockBuilder, data: relax.Expr, kind: str, p: float = 
 _INDEX_ELEMENT_TYPES = {"i32": "int32", "i64": "int64"}
 
 
-def adaptive_output_size(bb: relax.BlockBuilder, data: relax.Expr, output_size) -> list:
+def adaptive_output_size(bb: relax.BlockBuilder, data: relax.Expr, output_size, error_prefix: str = "") -> list:
     """The spatial output size as ints, or as fresh symbolic dims bound from a runtime tensor.
 
     ``output_size``: a list of ints, a Relax constant, or a 1-D int32/int64 Relax tensor of
     statically known length (its values may be known only at run time: one compiled module then
-    serves every output size).
+    serves every output size). A runtime ``output_size`` is checked in the compiled module
+    like a static one (values >= 1; the output allocatable); ``error_prefix`` starts the
+    messages of those checks (the ONNX importer names the node there).
     """
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import tirx  # pylint: disable=import-outside-toplevel
@@ -126,7 +129,10 @@ def adaptive_output_size(bb: relax.BlockBuilder, data: relax.Expr, output_size) 
         if len(values) != ndim - 2:
             raise ValueError(f"output_size has {len(values)} values; an input of rank {ndim} needs {ndim - 2}")
         if any(v < 1 for v in values):
-            raise ValueError(f"output_size values must be >= 1, got {values}")
+            raise ValueError(f"{error_prefix}output_size values must be >= 1, got {values}")
+        lead = [d for d in data.ty.shape.values[:2] if isinstance(d, tirx.IntImm)]
+        if not checks.fits_allocation([int(d) for d in lead] + values):
+            raise ValueError(f"{error_prefix}{checks.too_large_message('output_size')}: got {values}")
         return values
     ty = output_size.ty
     if not isinstance(ty, relax.TensorType) or str(ty.dtype) not in ("int32", "int64") or ty.ndim != 1:
@@ -138,7 +144,19 @@ def adaptive_output_size(bb: relax.BlockBuilder, data: relax.Expr, output_size) 
         raise ValueError(f"output_size has {int(length)} values; an input of rank {ndim} needs {ndim - 2}")
     if str(ty.dtype) != "int64":
         output_size = bb.emit(relax.op.astype(output_size, "int64"))
-    shape = bb.emit(relax.op.tensor_to_shape(output_size))
+    checked = bb.emit_te(
+        lambda sizes, x: checks.checked_sizes(
+            sizes,
+            x.shape[: ndim - int(length)],
+            lambda vals: [(tirx.all(*[v >= 1 for v in vals]), f"{error_prefix}output_size values must be >= 1")],
+            f"{error_prefix}{checks.too_large_message('output_size')}",
+            shape_of=x,
+        ),
+        output_size,
+        data,
+        primfunc_name_hint="tvm_pool_check_output_size",
+    )
+    shape = bb.emit(relax.op.tensor_to_shape(checked))
     dims = [tirx.Var(f"adaptive_out{i}", "int64") for i in range(int(length))]
     bb.match_cast(shape, relax.ShapeType(dims))
     return dims
@@ -151,6 +169,7 @@ def adaptive_max_pool(
     index_element_type: str = "i64",
     *,
     return_indices: bool = True,
+    error_prefix: str = "",
 ) -> relax.Var:
     """OpenVINO AdaptiveMaxPool-8 on an [N, C, *spatial] tensor (1-3 spatial dims).
 
@@ -160,7 +179,7 @@ def adaptive_max_pool(
     """
     if index_element_type not in _INDEX_ELEMENT_TYPES:
         raise ValueError(f"index_element_type must be 'i32' or 'i64', got {index_element_type!r}")
-    dims = adaptive_output_size(bb, data, output_size)
+    dims = adaptive_output_size(bb, data, output_size, error_prefix)
     return bb.emit_te(
         compute.adaptive_max_pool,
         data,
@@ -171,9 +190,9 @@ def adaptive_max_pool(
     )
 
 
-def adaptive_avg_pool(bb: relax.BlockBuilder, data: relax.Expr, output_size) -> relax.Var:
+def adaptive_avg_pool(bb: relax.BlockBuilder, data: relax.Expr, output_size, *, error_prefix: str = "") -> relax.Var:
     """OpenVINO AdaptiveAvgPool-8 / torch adaptive_avg_poolNd on [N, C, *spatial]."""
-    dims = adaptive_output_size(bb, data, output_size)
+    dims = adaptive_output_size(bb, data, output_size, error_prefix)
     return bb.emit_te(compute.adaptive_avg_pool, data, dims, primfunc_name_hint="tvm_pool_adaptive_avg_pool")
 
 

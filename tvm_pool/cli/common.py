@@ -17,6 +17,9 @@ from typing import Sequence
 
 EXIT_ERROR = 2
 
+# Target kinds the CLI builds loadable shared libraries for.
+COMPILED_KINDS = ("llvm", "cuda")
+
 TARGET_HELP = "host (default: this CPU), x86, arm (aarch64-linux-gnu), cuda, or a JSON target"
 
 
@@ -155,6 +158,10 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, list[int]]:
             raise CliError(f"--input-shapes {item!r}: dimensions must be integers, e.g. {name}=1,3,224,224") from None
         if any(d <= 0 for d in shape):
             raise CliError(f"--input-shapes {item!r}: dimensions must be positive")
+        from ..compute.checks import fits_allocation  # pylint: disable=import-outside-toplevel
+
+        if not fits_allocation(shape):
+            raise CliError(f"--input-shapes {item!r}: the tensor is too large (its size in bytes overflows int64)")
         shapes[name] = shape
     return shapes
 
@@ -200,6 +207,36 @@ def resolve_input_shapes(model, overrides: dict[str, list[int]]) -> dict[str, li
 
 
 # --------------------------------------------------------------------------------------------
+# Files the commands write.
+# --------------------------------------------------------------------------------------------
+
+
+def same_file(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(path: str, flag: str, inputs: dict[str, str] | None = None) -> str:
+    """Refuse (before any work) an output path that is a directory, lies in a missing or
+    read-only directory, or is one of the command's inputs (``inputs``: role -> path)."""
+    if os.path.isdir(path):
+        raise CliError(f"{flag} {path}: is a directory; give a file name")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CliError(f"{flag} {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise CliError(f"{flag} {path}: directory {directory} is not writable")
+    for role, source in (inputs or {}).items():
+        if same_file(path, source):
+            raise CliError(f"{flag} {path} is {role}; writing it would destroy it (choose another name)")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
 # Targets.
 # --------------------------------------------------------------------------------------------
 
@@ -221,11 +258,17 @@ def resolve_target(name):
         if not isinstance(name, dict):
             raise CliError(f"--target {name!r}: a JSON target must be an object such as {{\"kind\": \"llvm\"}}")
     try:
-        return resolve(name)
+        target = resolve(name)
     except (CliError, TvmPoolError):
         raise
     except Exception as err:  # pylint: disable=broad-except
         raise CliError(f"invalid target {json.dumps(name) if isinstance(name, dict) else name!r}: {one_line(err)}") from None
+    if target.kind.name not in COMPILED_KINDS:
+        raise CliError(
+            f"target kind '{target.kind.name}' is not supported by tvm-pool (it builds shared libraries for: "
+            f"{', '.join(COMPILED_KINDS)})"
+        )
+    return target
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,12 +318,14 @@ def from_onnx_function():
     return fn
 
 
-def import_onnx(model, verbose: bool = False, **kwargs):
-    """tvm_pool.from_onnx with importer noise captured and errors reduced to one line."""
+def import_onnx(model, verbose: bool = False, quiet: bool = False, **kwargs):
+    """tvm_pool.from_onnx with importer noise captured and errors reduced to one line (the
+    captured output is shown after a success unless ``quiet``)."""
     quiet_tvm_warnings()
     from_onnx = from_onnx_function()
     message = None
     with native_output_captured(enabled=not verbose) as captured:
+        captured.replay = not quiet
         try:
             return from_onnx(model, **kwargs)
         except Exception as err:  # pylint: disable=broad-except

@@ -10,11 +10,13 @@ from .common import (
     TARGET_HELP,
     CliError,
     Progress,
+    check_output,
     common_options,
     fmt_shape,
     graph_inputs,
     import_onnx,
     load_onnx,
+    native_output_captured,
     onnx_dtype,
     parse_input_shapes,
     resolve_input_shapes,
@@ -91,7 +93,7 @@ def compile_onnx(model, *, target="host", input_shapes=None, source: str = "", p
     dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
     opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     progress.step(f"importing {source or 'model'} (opset {opset}, {len(model.graph.node)} nodes)")
-    mod = import_onnx(model, verbose, shape_dict=shapes, dtype_dict=dtypes)
+    mod = import_onnx(model, verbose, progress.quiet, shape_dict=shapes, dtype_dict=dtypes)
     signature = artifact.make_signature(
         mod,
         input_names=[vi.name for vi in graph_inputs(model)],
@@ -102,8 +104,26 @@ def compile_onnx(model, *, target="host", input_shapes=None, source: str = "", p
     )
     mod = artifact.embed_signature(mod, signature)
     progress.step(f"compiling for {target_label(tgt)}")
-    executable = tvm_pool.compile(mod, tgt)
+    with native_output_captured(enabled=not verbose) as captured:
+        captured.replay = not progress.quiet  # -q: no native warnings either
+        executable = tvm_pool.compile(mod, tgt)
     return executable, signature, tgt
+
+
+def output_path(model_path: str, output: str | None) -> str:
+    """Where ``compile`` writes: ``-o`` (``.so`` added when it has no extension), else the
+    model's name with ``.so``; refused when it is the model itself or cannot be written."""
+    path = output or os.path.splitext(model_path)[0] + ".so"
+    stem, ext = os.path.splitext(path)
+    if not ext and not os.path.isdir(path):
+        path += ".so"
+    check_output(path, "-o" if output else "the output", {"the input model": model_path})
+    if ext and ext != ".so":
+        raise CliError(
+            f"-o {path}: a compiled module must end in .so (TVM's runtime loads it by that extension), "
+            f"e.g. -o {stem}.so"
+        )
+    return path
 
 
 def run(args) -> int:
@@ -112,10 +132,7 @@ def run(args) -> int:
     resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
     target = resolve_target(args.target)  # unknown targets too
     fcompile = export_compiler(target)  # a missing cross toolchain too
-    output = args.output or os.path.splitext(args.model)[0] + ".so"
-    out_dir = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(out_dir):
-        raise CliError(f"{output}: directory {out_dir} does not exist")
+    output = output_path(args.model, args.output)
     progress = Progress(4, quiet=args.quiet)
     progress.step(f"loaded {args.model}")
     executable, signature, _ = compile_onnx(

@@ -8,7 +8,7 @@ import time
 import traceback
 
 from ..demo_model import demo_model
-from .common import EXIT_ERROR, CliError, Progress, common_options, native_output_captured, one_line, resolve_target, target_label
+from .common import EXIT_ERROR, CliError, Progress, check_output, common_options, native_output_captured, one_line, resolve_target, target_label
 from .compile import compile_onnx
 from .run import check_inputs, run_artifact, time_artifact
 
@@ -73,18 +73,35 @@ def onnx_copy(model):
     return onnx.ModelProto.FromString(model.SerializeToString())
 
 
+def saved_paths(save_model: str | None) -> tuple[str, str] | None:
+    """``--save-model PATH``: (PATH, PATH's stem + ``_inputs.npz``), checked before any work;
+    the inputs file is not named by the user, so an existing one is never replaced."""
+    if not save_model:
+        return None
+    model_path = check_output(save_model, "--save-model")
+    inputs_path = check_output(os.path.splitext(save_model)[0] + "_inputs.npz", "--save-model")
+    if os.path.exists(inputs_path):
+        raise CliError(
+            f"--save-model {save_model} also writes {inputs_path}, which exists; remove it or choose another name"
+        )
+    return model_path, inputs_path
+
+
 def run(args) -> int:
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tvm  # pylint: disable=import-outside-toplevel
 
+    if args.repeat < 1:
+        raise CliError(f"--repeat must be at least 1, got {args.repeat}")
+    saved = saved_paths(args.save_model)
     progress = Progress(4, quiet=args.quiet)
     progress.step("building the demo CNN (Conv/Relu, MaxPool+Indices, AveragePool ceil_mode, SAME_LOWER, GlobalAveragePool)")
     model, inputs = demo_model()
-    if args.save_model:
+    if saved:
         import onnx  # pylint: disable=import-outside-toplevel
 
-        onnx.save(model, args.save_model)
-        np.savez(os.path.splitext(args.save_model)[0] + "_inputs.npz", **inputs)
+        onnx.save(model, saved[0])
+        np.savez(saved[1], **inputs)
     session = ort_session(model)
     executable, signature, _ = compile_onnx(
         model, target=args.target, source="demo", progress=progress, verbose=args.verbose
@@ -116,6 +133,6 @@ def run(args) -> int:
         print(f"tvm-pool: error: demo check failed: {', '.join(failed)} differ from onnxruntime", file=sys.stderr)
         return EXIT_ERROR
     print("all outputs match onnxruntime")
-    if args.save_model:
-        print(f"wrote {args.save_model} and {os.path.splitext(args.save_model)[0]}_inputs.npz")
+    if saved:
+        print(f"wrote {saved[0]} and {saved[1]}")
     return 0

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Sequence
 
-from .common import CliError, Progress, common_options, fmt_shape, one_line
+from .common import CliError, Progress, check_output, common_options, fmt_shape, one_line
 
 NAME = "run"
 
@@ -25,13 +25,32 @@ def load_npz(path: str) -> dict:
 
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory, not an .npz archive")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise CliError(f"{path}: not an .npz archive (save inputs with numpy.savez)")
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as err:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
         raise CliError(f"{path}: not an .npz archive ({one_line(err)})") from err
+    if not hasattr(data, "files"):  # a .npy file: one array, no names
+        raise CliError(
+            f"{path}: a single array (.npy), not an .npz archive; save the inputs by name with "
+            "numpy.savez(PATH, NAME=array, ...)"
+        )
+    try:
+        with data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, KeyError) as err:
+        raise CliError(f"{path}: not a readable .npz archive ({one_line(err)})") from err
+
+
+def _as_dtype(arr, dtype: str):
+    """``arr`` as the model's ``dtype`` where the bits already are: numpy's .npz stores
+    bfloat16 (an ml_dtypes type) as raw 2-byte records (``|V2``), which this reads back."""
+    if dtype == "bfloat16" and arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+        return arr.view(ml_dtypes.bfloat16)
+    return arr
 
 
 def check_inputs(signature: dict, arrays: dict, source: str = "inputs") -> list:
@@ -48,7 +67,7 @@ def check_inputs(signature: dict, arrays: dict, source: str = "inputs") -> list:
     for spec in expected:
         if spec["name"] not in arrays:
             raise CliError(f"{source} lacks input '{spec['name']}' (the model takes: {described})")
-        arr = np.asarray(arrays[spec["name"]])
+        arr = _as_dtype(np.asarray(arrays[spec["name"]]), spec["dtype"])
         if spec["dtype"] and str(arr.dtype) != spec["dtype"]:
             raise CliError(f"input '{spec['name']}' has dtype {arr.dtype}; the model takes {spec['dtype']}")
         shape = spec["shape"]
@@ -97,29 +116,71 @@ def timing_summary(times: Sequence[float]) -> str:
     )
 
 
+def output_path(args) -> str | None:
+    """``-o`` as numpy.savez writes it (``.npz`` added), checked before any work."""
+    if not args.output:
+        return None
+    path = args.output if args.output.endswith(".npz") or os.path.isdir(args.output) else args.output + ".npz"
+    return check_output(path, "-o", {"the --inputs archive": args.inputs, "the module": args.module})
+
+
+def _load_module(path: str):
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory, not a compiled module")
+    try:
+        artifact.check_shared_object(path)  # before dlopen, which a truncated file crashes
+    except (OSError, artifact.ArtifactError) as err:
+        raise CliError(f"{path}: cannot load as a compiled module: {err}") from err
+    if not path.endswith(".so"):
+        raise CliError(
+            f"{path}: cannot load as a compiled module: TVM's runtime needs the .so extension; rename it to "
+            f"{os.path.splitext(path)[0]}.so (tvm-pool compile adds it)"
+        )
+    try:
+        return artifact.load(path)
+    except artifact.SignatureError as err:
+        raise CliError(f"{path}: {err}") from err
+    except Exception as err:  # pylint: disable=broad-except
+        hint = "; CUDA modules need a GPU and TVM's CUDA runtime" if "cuda" in str(err).lower() else ""
+        raise CliError(f"{path}: cannot load as a compiled module ({one_line(err)}){hint}") from err
+
+
+def _checked_call(what: str, fn, *args):
+    """Run the module; its run-time checks (invalid sizes or indices) and allocation failures
+    become one-line errors."""
+    try:
+        return fn(*args)
+    except MemoryError as err:
+        raise CliError(f"{what}: out of memory ({one_line(err)})") from err
+    except Exception as err:  # pylint: disable=broad-except
+        message = one_line(err)
+        if "bad_alloc" in message:
+            message = "out of memory (std::bad_alloc): the outputs need more memory than this machine has"
+        raise CliError(f"{what}: {message}") from err
+
+
 def run(args) -> int:
     import numpy as np  # pylint: disable=import-outside-toplevel
 
     from .. import artifact  # pylint: disable=import-outside-toplevel
 
-    if not os.path.exists(args.module):
-        raise CliError(f"{args.module}: no such file")
-    arrays = load_npz(args.inputs)
     if args.repeat is not None and args.repeat < 1:
         raise CliError(f"--repeat must be at least 1, got {args.repeat}")
+    if not os.path.exists(args.module):
+        raise CliError(f"{args.module}: no such file")
+    output = output_path(args)
+    arrays = load_npz(args.inputs)
     progress = Progress(3 if args.repeat else 2, quiet=args.quiet)
     progress.step(f"loading {args.module}")
-    try:
-        vm, signature = artifact.load(args.module)
-    except artifact.SignatureError as err:
-        raise CliError(f"{args.module}: {err}") from err
-    except Exception as err:  # pylint: disable=broad-except
-        hint = "; CUDA modules need a GPU and TVM's CUDA runtime" if "cuda" in str(err).lower() else ""
-        raise CliError(f"{args.module}: cannot load as a compiled module ({one_line(err)}){hint}") from err
+    vm, signature = _load_module(args.module)
     device = artifact.device_for(signature)
     ordered = check_inputs(signature, arrays, source=args.inputs)
     progress.step("running main")
-    outputs = run_artifact(vm, signature, ordered, device)
+    outputs = _checked_call(f"{args.module}: main failed", run_artifact, vm, signature, ordered, device)
     names = [t["name"] for t in signature["outputs"]]
     if len(names) != len(outputs):  # defensive: a hand-made signature
         names = [f"output_{i}" for i in range(len(outputs))]
@@ -128,7 +189,7 @@ def run(args) -> int:
     if args.repeat:
         progress.step(f"timing {args.repeat} runs")
         print("timing: " + timing_summary(time_artifact(vm, signature, ordered, device, args.repeat)))
-    if args.output:
-        np.savez(args.output, **dict(zip(names, outputs)))
-        print(f"wrote {args.output}")
+    if output:
+        np.savez(output, **dict(zip(names, outputs)))
+        print(f"wrote {output}")
     return 0

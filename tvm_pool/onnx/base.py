@@ -8,6 +8,7 @@ fails here with a message that names it, never deep inside TVM.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable, Sequence
 
 import tvm
@@ -19,6 +20,11 @@ from ..errors import InvalidModelError, OpContext, UnsupportedError
 CONVERTERS: dict[tuple[str, str], type["PoolingConverter"]] = {}
 
 CUSTOM_DOMAIN = "tvm_pool"
+
+# Window attributes (kernel sizes, strides, dilations, pads) above this are refused: TVM builds
+# window arithmetic from them with int32 constants, and such values only come from broken or
+# hostile models (see docs/conformance.md).
+MAX_INT_ATTRIBUTE = 2**31 - 1
 
 
 def register(op_type: str, domain: str = ""):
@@ -102,8 +108,8 @@ class NodeAttributes:
 
     def int(self, name: str, default: int, choices: Sequence[int] | None = None) -> int:
         value = self.attr.get(name, default)
-        if not isinstance(value, int):
-            raise self.error(name, f"must be an int, got {value!r}")
+        if not _is_int(value):
+            raise self.error(name, f"must be an int, got {_show(value)}")
         if choices is not None and value not in choices:
             raise self.error(name, f"got {value}; allowed values: {', '.join(map(str, choices))}")
         return value
@@ -122,15 +128,32 @@ class NodeAttributes:
                 raise self.error(name, "is required")
             return list(default)
         value = self.attr[name]
-        if isinstance(value, int):
+        if _is_int(value):
             value = (value,)
+        if isinstance(value, (bytes, str)) or not all(_is_int(v) for v in value):
+            raise self.error(name, f"must be ints, got {_show(value)}")
         value = [int(v) for v in value]
         if len(value) != length:
             raise self.error(name, f"has {len(value)} values; this input needs {length}")
         bad = [v for v in value if v < minimum]
         if bad:
             raise self.error(name, f"values must be >= {minimum}, got {value}")
+        if any(v > MAX_INT_ATTRIBUTE for v in value):
+            raise self.error(name, f"values must be <= {MAX_INT_ATTRIBUTE} (2^31 - 1), got {value}")
         return value
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _show(value) -> str:
+    """An attribute value for a message: strings decoded, lists as lists."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        value = list(value)
+    return repr(value)
 
 
 def tensor_type(ctx: OpContext, expr: relax.Expr, what: str = "input X") -> relax.TensorType:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from .. import relax_ops, spec
+from ..compute import checks
 from ..compute.tensorrt import POOLING_TYPES
 from ..errors import InvalidModelError
 from .base import (
@@ -60,6 +61,9 @@ def _adaptive_inputs(cls, inputs, attr, version, allowed, max_outputs):
             raise InvalidModelError(ctx, f"input output_size has {len(values)} values; X of rank {ty.ndim} needs {rank}")
         if any(v < 1 for v in values):
             raise InvalidModelError(ctx, f"input output_size values must be >= 1, got {values}")
+        lead = [d for d in ty.shape.values[:2] if isinstance(d, tirx.IntImm)]
+        if not checks.fits_allocation([int(d) for d in lead] + values):
+            raise InvalidModelError(ctx, f"input {checks.too_large_message('output_size')}: got {values}")
         return attrs, data, values, num_outputs
     size_ty = tensor_type(ctx, size, "input output_size")
     length = size_ty.shape.values[0] if size_ty.ndim == 1 and size_ty.shape is not None else None
@@ -70,6 +74,12 @@ def _adaptive_inputs(cls, inputs, attr, version, allowed, max_outputs):
     return attrs, data, size, num_outputs
 
 
+def _runtime_prefix(cls, attr) -> str:
+    """How the module's run-time checks of ``output_size`` start their messages: like the
+    importer's (``node 'n' (tvm_pool::AdaptiveMaxPool-1): input ``)."""
+    return f"{cls.context(attr, 1).describe()}: input "
+
+
 @register("AdaptiveMaxPool", CUSTOM_DOMAIN)
 class AdaptiveMaxPool(PoolingConverter):
     """OpenVINO AdaptiveMaxPool-8 as tvm_pool::AdaptiveMaxPool-1."""
@@ -78,7 +88,9 @@ class AdaptiveMaxPool(PoolingConverter):
     def _impl_v1(cls, bb, inputs, attr, params):
         attrs, data, size, num_outputs = _adaptive_inputs(cls, inputs, attr, 1, ("index_element_type",), 2)
         index_type = attrs.string("index_element_type", "i64", ("i32", "i64"))
-        return relax_ops.adaptive_max_pool(bb, data, size, index_type, return_indices=num_outputs == 2)
+        return relax_ops.adaptive_max_pool(
+            bb, data, size, index_type, return_indices=num_outputs == 2, error_prefix=_runtime_prefix(cls, attr)
+        )
 
 
 @register("AdaptiveAvgPool", CUSTOM_DOMAIN)
@@ -88,7 +100,7 @@ class AdaptiveAvgPool(PoolingConverter):
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
         _, data, size, _ = _adaptive_inputs(cls, inputs, attr, 1, (), 1)
-        return relax_ops.adaptive_avg_pool(bb, data, size)
+        return relax_ops.adaptive_avg_pool(bb, data, size, error_prefix=_runtime_prefix(cls, attr))
 
 
 _TRT_ATTRS = (

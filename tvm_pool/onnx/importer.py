@@ -18,7 +18,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 from ..errors import InvalidModelError, OpContext, UnsupportedError
 # Importing the converter modules registers them (ONNX domain, then the custom domain tvm_pool).
 from . import average_pool, custom_ops, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401
-from .base import converter_for
+from .base import CUSTOM_DOMAIN, converter_for
 
 # Custom-domain nodes are renamed "<domain>::<op_type>" for the duration of the import, because
 # the base importer passes only the op_type (not the domain) to ``_convert_operator``.
@@ -96,6 +96,26 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return opsets
 
 
+def newest_opsets() -> dict[str, int]:
+    """The newest version of each domain tvm_pool knows: the default ONNX domain up to what the
+    installed onnx package defines (its checker and shape inference know nothing newer), the
+    custom domain ``tvm_pool`` up to its one version."""
+    return {"": onnx.defs.onnx_opset_version(), CUSTOM_DOMAIN: 1}
+
+
+def check_opset_versions(opsets: dict[str, int]):
+    """Refuse a model that imports a newer version of a domain than tvm_pool knows (a version
+    from the future may change any operator; converting it by older rules would be a guess)."""
+    for domain, newest in newest_opsets().items():
+        version = opsets.get(domain)
+        if version is not None and version > newest:
+            name = f"domain '{domain}'" if domain else "the default ONNX domain (ai.onnx)"
+            raise InvalidModelError(
+                OpContext("model"),
+                f"imports opset {version} of {name}; the newest tvm_pool knows is {newest}",
+            )
+
+
 def from_onnx(
     model: onnx.ModelProto,
     shape_dict: dict[str, list] | None = None,
@@ -119,6 +139,7 @@ def from_onnx(
         warnings.warn(str(exception))
 
     opsets = _opsets(model)
+    check_opset_versions(opsets)
     model_opset = opsets.get("", 1)
     if opset is None:
         opset = model_opset
