@@ -491,3 +491,39 @@ def test_quiet_compile_prints_nothing(files, tmp_path, capfd):
     assert cli.main(["-q", "compile", str(files.onnx), "-o", str(tmp_path / "q.so")]) == 0
     out, err = capfd.readouterr()
     assert err == "" and out.startswith("wrote ")
+
+
+def _reads_of_pool_blocks(func) -> list:
+    from tvm import s_tir  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.schedules import analysis  # pylint: disable=import-outside-toplevel
+
+    sch = s_tir.Schedule(func)
+    reads = []
+    for rv in analysis.root_blocks(sch):
+        block = sch.get(rv)
+        if analysis.is_pool_block(block):
+            reads.append([str(analysis.region_buffer(r).name) for r in block.reads])
+    return reads
+
+
+@pytest.mark.parametrize("n", [2**31 - 2**16, 2**31 - 3, 2**31 - 2, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1])
+@pytest.mark.parametrize("geometry", [([3], [2], [1, 1]), ([3], [1], [1, 1]), ([2], [2], [0, 1]), ([5], [4], [2, 2])])
+def test_huge_axis_windows_read_their_input(n, geometry):
+    """Output sizes below 2^31 give TE int32 loop variables; TVM's simplifier rewrote the bound
+    test ``pos - 1 < 2^31 - 1`` into ``pos < 2^31`` in int32, which wraps: MaxPool with Indices
+    over an axis of 2^31 - 1 (kernel 3, stride 2, pad 1) never read X (every value -inf, every
+    index the internal placeholder). Positions near 2^31 are now int64 (spec.AxisWindow)."""
+    from tvm import te, tirx  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+
+    kernel, strides, pads = geometry
+    for dim in (n, tirx.IntImm("int64", n)):  # a Python int (int32 loops when they fit) and Relax's int64
+        x = te.placeholder((1, 1, dim), "float32", name="x")
+        values, indices = compute.max_pool(x, kernel, strides=strides, pads=pads, return_indices=True)
+        avg = compute.avg_pool(x, kernel, strides=strides, pads=pads, ceil_mode=True)
+        func = te.create_prim_func([x, values, indices, avg])
+        reads = _reads_of_pool_blocks(func)
+        assert reads and all(r for r in reads), (n, geometry, reads)
+        assert any("x" in r for r in reads), (n, geometry, reads)

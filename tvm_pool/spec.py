@@ -85,6 +85,10 @@ def effective_kernel(kernel: int, dilation: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+# Positions that may come within this of 2^31 are computed in int64 (AxisWindow._wide).
+_INT32_HEADROOM = 2**31 - 2**16
+
+
 @dataclass(frozen=True)
 class AxisWindow:
     """The resolved window geometry of one spatial axis.
@@ -105,11 +109,29 @@ class AxisWindow:
 
     def start(self, o):
         """First input position of window ``o`` (may be negative: inside the begin padding)."""
-        return o * self.stride - self.pad_begin
+        return self._wide(o) * self.stride - self.pad_begin
 
     def tap(self, o, r):
         """Input position of tap ``r`` of window ``o``."""
-        return self.start(o) + r * self.dilation
+        return self.start(o) + self._wide(r) * self.dilation
+
+    def _wide(self, var):
+        """``var`` in int64 where positions of this axis may leave int32.
+
+        TE gives loops over an extent below 2^31 int32 variables, and TVM's simplifier rewrites
+        a bound test such as ``pos - 1 < 2^31 - 1`` into ``pos < 2^31`` in the variable's type:
+        in int32 that wraps, the test becomes false and a MaxPool over an axis of 2^31 - 1
+        never read its input. Positions are computed in int64 whenever this axis's positions,
+        padding included, come within reach of 2^31 (a static check on the geometry)."""
+        if isinstance(var, int) or not isinstance(var, tirx.Expr) or str(var.ty) == "int64":
+            return var
+        if not is_static(self.in_size, self.pad_begin, self.pad_end, self.out_size):
+            return var.astype("int64")
+        reach = (
+            abs(as_dim(self.in_size)) + abs(as_dim(self.pad_begin)) + abs(as_dim(self.pad_end))
+            + (as_dim(self.out_size) + 1) * self.stride + (self.kernel + 1) * self.dilation
+        )
+        return var.astype("int64") if reach >= _INT32_HEADROOM else var
 
 
 def explicit_output_size(
