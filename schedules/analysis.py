@@ -147,23 +147,28 @@ class PassChain:
 
 
 def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
-    """The separable window reductions of ``sch``'s function, in program order."""
-    blocks = [rv for rv in root_blocks(sch) if PASS_AXIS_ATTR in block_annotations(sch.get(rv))]
-    names = {sch.get(rv).name_hint for rv in blocks}
+    """The separable window reductions of ``sch``'s function, in program order.
+
+    A chain ends at a pool's result pass (its kind has no ``_pass`` suffix) and walks back
+    over the intermediate ``*_pass`` blocks that feed it, never into another pool: in a pool of
+    a pool, the first pool's result is an input of the second chain, not a pass of it."""
     chains = []
-    for rv in blocks:
-        # a chain ends at a pass that no other pass reads
-        if any(sch.get(c).name_hint in names for c in sch.get_consumers(rv)):
+    for rv in root_blocks(sch):
+        if not _is_pass(sch, rv) or pool_kind(sch.get(rv)).endswith("_pass"):
             continue
         chain = [rv]
         while True:
-            prev = [p for p in sch.get_producers(chain[0]) if sch.get(p).name_hint in names]
+            prev = [p for p in sch.get_producers(chain[0]) if _is_pass(sch, p) and pool_kind(sch.get(p)).endswith("_pass")]
             if not prev:
                 break
             chain.insert(0, prev[0])
         ann = [block_annotations(sch.get(b)) for b in chain]
         chains.append(PassChain(chain, [int(a[PASS_AXIS_ATTR]) for a in ann], int(ann[-1][SPATIAL_RANK_ATTR])))
     return chains
+
+
+def _is_pass(sch: s_tir.Schedule, rv) -> bool:
+    return PASS_AXIS_ATTR in block_annotations(sch.get(rv))
 
 
 def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock], chains: list[PassChain] = ()) -> list:

@@ -59,6 +59,11 @@ SHAPES = {
     "two_uses_one_output": ([(1, 4, 8, 8)], lambda x: [(lambda p: _add(_relu(p), topi.sigmoid(p)))(_max3(x))]),
     # pool of pool, several pools, an Add of two pools
     "pool_of_pool": ([(1, 3, 12, 12)], lambda x: [_avg3(_max3(x, 2))]),
+    # two one-pass chains, the second reading the first (random fusion seed 102578 did not build)
+    "pool_of_pool_1d": (
+        [(2, 1, 11)],
+        lambda x: [compute.lp_pool(compute.max_pool(_relu(x), [4], auto_pad="VALID"), [3], dilations=[2], ceil_mode=True, p=1)],
+    ),
     "add_of_two_pools": ([(1, 3, 8, 8)], lambda x: [_add(_max3(x), _avg3(x))]),
     "two_pools_concat": ([(1, 3, 8, 8)], lambda x: [_concat(_max3(x), _avg3(_relu(x)))]),
     # a producer that is also an output of the function
