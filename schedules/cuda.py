@@ -26,14 +26,13 @@ Per pooling unit (see :mod:`.analysis`):
   8 planes per 256-thread block; each lane reduces every 32nd element (coalesced) and TVM's
   cross-thread allreduce (warp shuffles) combines the lanes.
 
-Fusion (the rule to keep, see the lead's x86 fix): producers before the pool (relu, TOPI's
-``pad_temp``, the padded copy) are inlined (``compute_inline`` substitutes the producer's value
-into each read: exact whatever the indexing). A consumer (``*_finalize``, add, relu, ...) is
-attached to the pool's thread loop only when it is elementwise over exactly the pool's output
-domain: spatial iterators only, the same shape, and every read of the pool's buffers at its
-own iterators (identity indexing). Its intermediate then lives in a register (``local``).
-Anything else (a Concat, a reduction reading the pool, bfloat16's ``widen`` stage) stays its own
-kernel with a generic one-thread-per-element schedule.
+Fusion: producers before the pool (relu, TOPI's ``pad_temp``, the padded copy) are inlined
+(``compute_inline`` substitutes the producer's value into each read: exact whatever the
+indexing). A consumer (``*_finalize``, add, relu, ...) is attached to the pool's thread loop only
+when :func:`.analysis.is_pointwise_over` the pool's output: data-parallel, the same domain,
+every read of the pool's buffers at its own iterators, every other read a function parameter.
+Its intermediate then lives in a register (``local``). Anything else (a Concat, a second pool,
+bfloat16's ``widen`` stage) stays its own kernel with a generic one-thread-per-element schedule.
 
 **Verified without a GPU**: the schedule is written against a :class:`Binder`; the real one
 binds loops to ``blockIdx``/``threadIdx`` and sets storage scopes, :class:`SerialBinder` does
@@ -229,7 +228,7 @@ def schedule_function(
 
 
 def _position(sch, rv) -> int:
-    names = [_name(sch, b) for b in analysis._all_blocks(sch)]  # pylint: disable=protected-access
+    names = [_name(sch, b) for b in analysis.root_blocks(sch)]  # pylint: disable=protected-access
     root_of = rv
     while True:  # the root-level block (nest) that contains rv
         parent = sch.get_sref(root_of).parent
@@ -344,7 +343,7 @@ def schedule_main(sch, main: analysis.MainBlock, target: Target, binder: Binder,
 def _accumulate_in_registers(sch, block, thread_loop) -> tuple:
     """A reduction writing the function's output accumulates in a register, then stores once
     (an intermediate is kept in a register by attach_consumers when its readers join it)."""
-    params = _param_buffers(sch)
+    params = analysis.function_params(sch)
     outputs = [i for i, buf in enumerate(_written(sch.get(block))) if any(buf.same_as(p) for p in params)]
     stores = [sch.cache_write(block, i, "local") for i in outputs]
     for store in stores:
@@ -499,59 +498,12 @@ def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binde
 # --------------------------------------------------------------------------------------------
 
 
-def _buf(region):
-    """The buffer of a read/write region (0.27: a Var of BufferType; a Buffer before)."""
-    return region.buffer if hasattr(region, "buffer") else region.source
+def _written(block) -> list:
+    return [analysis.region_buffer(w) for w in block.writes]
 
 
 def _buf_type(buf):
     return buf.ty if hasattr(buf, "ty") and hasattr(buf.ty, "shape") else buf
-
-
-def _written(block) -> list:
-    return [_buf(w) for w in block.writes]
-
-
-def _read_buffers(block) -> list:
-    return [(_buf(r), r) for r in block.reads]
-
-
-def _identity_region(region, iter_vars) -> bool:
-    if len(region.region) != len(iter_vars):
-        return False
-    for rng, iv in zip(region.region, iter_vars):
-        if not (isinstance(rng.extent, tirx.IntImm) and int(rng.extent) == 1):
-            return False
-        if not rng.min.same_as(iv.var):
-            return False
-    return True
-
-
-def _same_shape(a, b) -> bool:
-    sa, sb = _buf_type(a).shape, _buf_type(b).shape
-    return len(sa) == len(sb) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(sa, sb))
-
-
-def is_pointwise_consumer(sch, consumer, produced: list) -> bool:
-    """Elementwise over exactly the pool's output domain: spatial iterators only, one write of
-    the pool's shape at the iterators, every read of ``produced`` (the pool's buffers) at the
-    iterators too. (Other inputs, e.g. an add's second operand, may be indexed any way.)"""
-    block = sch.get(consumer)
-    ivs = list(block.iter_vars)
-    if any(int(iv.iter_type) != 0 for iv in ivs):
-        return False
-    if len(sch.get_loops(consumer)) != len(ivs) or len(block.writes) != 1:
-        return False
-    out = _written(block)[0]
-    if not _identity_region(block.writes[0], ivs):
-        return False
-    reads_pool = False
-    for buf, region in _read_buffers(block):
-        if any(buf.same_as(p) for p in produced):
-            if not _same_shape(buf, out) or not _identity_region(region, ivs):
-                return False
-            reads_pool = True
-    return reads_pool
 
 
 def _consumer_names(sch, rv) -> set:
@@ -559,31 +511,21 @@ def _consumer_names(sch, rv) -> set:
 
 
 def attach_consumers(sch, unit: _Unit, binder: Binder) -> None:
-    """Attach the pointwise consumers (transitively) to the pool's thread loop, in program
-    order; keep the pool's intermediate in registers when every reader is attached."""
-    produced = list(_written(sch.get(unit.final)))
+    """Attach the consumers pointwise over the pool's output (analysis.is_pointwise_over:
+    transitively, in program order) to the pool's thread loop; keep the pool's intermediate in
+    a register when every reader is attached. Anything else stays its own kernel."""
     attached = set(unit.stores)
+    for rv in analysis.attachable_consumers(sch, [unit.final]):
+        try:
+            # TVM refuses a block whose other producers are not under the loop (TensorRT's
+            # blend reading a second reduction): it stays at the root, and so does what reads it
+            sch.reverse_compute_at(rv, unit.thread_loop, preserve_unit_loops=True)
+        except (Exception,):  # pylint: disable=broad-except
+            continue
+        attached.add(_name(sch, rv))
     final_readers = _consumer_names(sch, unit.final)
-    changed = True
-    while changed:
-        changed = False
-        for rv in analysis._all_blocks(sch):  # pylint: disable=protected-access
-            name = _name(sch, rv)
-            if name in attached or name == _name(sch, unit.final):
-                continue
-            if not any(_name(sch, p) in attached | {_name(sch, unit.final)} for p in sch.get_producers(rv)):
-                continue
-            if not is_pointwise_consumer(sch, rv, produced):
-                continue
-            try:
-                sch.reverse_compute_at(rv, unit.thread_loop, preserve_unit_loops=True)
-            except (Exception,):  # pylint: disable=broad-except
-                continue
-            attached.add(name)
-            produced.extend(_written(sch.get(rv)))
-            changed = True
-    if attached and final_readers <= attached:
-        params = _param_buffers(sch)
+    if final_readers and final_readers <= attached:
+        params = analysis.function_params(sch)
         for i, buf in enumerate(_written(sch.get(unit.final))):
             if not any(buf.same_as(p) for p in params):
                 binder.scope(unit.final, i, "local")
@@ -592,7 +534,7 @@ def attach_consumers(sch, unit: _Unit, binder: Binder) -> None:
 
 def _localize_attached(sch, attached: set, binder: Binder) -> None:
     """An attached consumer whose every reader is attached too keeps its result in a register."""
-    params = _param_buffers(sch)
+    params = analysis.function_params(sch)
     for rv in _blocks_by_name(sch, attached):
         readers = _consumer_names(sch, rv)
         if readers and readers <= attached:
@@ -615,17 +557,10 @@ def _blocks_by_name(sch, names: set) -> list:
     return out
 
 
-def _param_buffers(sch) -> list:
-    func = sch.mod["main"]
-    if hasattr(func, "buffer_map"):
-        return list(func.buffer_map.values())
-    return list(func.params)
-
-
 def schedule_leftovers(sch, target: Target, binder: Binder) -> None:
     """Every root-level block not placed in a kernel yet: its own kernel, one thread per output
     element, reductions (if any) serial in the thread."""
-    for rv in analysis._all_blocks(sch):  # pylint: disable=protected-access
+    for rv in analysis.root_blocks(sch):  # pylint: disable=protected-access
         if binder.is_bound(rv):
             continue
         block = sch.get(rv)

@@ -207,6 +207,45 @@ def test_simulation_fused(case):
     check_simulation(mod, nan=False)
 
 
+def _fused_shape_funcs(name):
+    """A hand-fused PrimFunc of tests/test_schedule_fusion_shapes.py (pool + producers +
+    consumers in one TE graph: Concat with branches, pool of pool, indices consumer, ...)."""
+    import test_schedule_fusion_shapes as shapes  # pylint: disable=import-outside-toplevel
+
+    return shapes._prim_func(name), shapes._run  # pylint: disable=protected-access
+
+
+def _fusion_shape_names():
+    import test_schedule_fusion_shapes as shapes  # pylint: disable=import-outside-toplevel
+
+    return sorted(shapes.SHAPES)
+
+
+@pytest.mark.parametrize("name", _fusion_shape_names())
+def test_simulation_fusion_shapes(name):
+    """Every fused shape the x86 rule is checked on: the CUDA rule, simulated, equals the
+    unscheduled function bit for bit, and a Concat is never attached to a pool's loops."""
+    (func, shapes, outputs), run = _fused_shape_funcs(name)
+    sch = cuda.Pool(simulate=True).apply(func, tvm.target.Target({"kind": "llvm"}), False)
+    assert sch is not None, "the rule declined a PrimFunc with a pool"
+    want = run(func, shapes, outputs)
+    got = run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    real = cuda.Pool().apply(func, tvm.target.Target(SM80), False)
+    assert real is not None
+    root = _root_names(real)
+    for block in _root_names(s_tir.Schedule(func)):
+        if block.startswith("T_concat"):
+            assert block in root, f"{block} was attached to a pool's loops"
+
+
+def _root_names(sch):
+    from tvm_pool.schedules import analysis  # pylint: disable=import-outside-toplevel
+
+    return [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+
+
 def test_simulation_symbolic_adaptive():
     """A runtime output size: planes bound, the symbolic output loops serial in each thread."""
     bb = relax.BlockBuilder()
@@ -285,10 +324,12 @@ def test_shared_memory_fallback():
 
 
 def test_cli_compile_and_inspect_cuda(tmp_path, capsys):
-    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
-
-    model, _ = cli.demo_model()
     import onnx  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+    from tvm_pool.demo_model import demo_model  # pylint: disable=import-outside-toplevel
+
+    model, _ = demo_model()
 
     path = tmp_path / "cnn.onnx"
     onnx.save(model, path)
