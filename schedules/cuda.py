@@ -22,6 +22,9 @@ Per pooling unit (see :mod:`.analysis`):
   output over the fused output loops (blocks of up to 256 threads, a multiple of 32), window taps
   unrolled up to 64. Symbolic extents (runtime adaptive sizes, dynamic batch) bind the static
   output loops and loop serially over the symbolic ones.
+* **a consumer joining several reductions** (TensorRT's MAX_AVERAGE_BLEND reads a max and a
+  sum): one kernel; the consumer is tiled like a last pass and each reduction's result is
+  computed per thread right before it (earlier passes staged in shared memory as above).
 * **global window reductions** (one output per plane and at least 32 taps): one warp per plane,
   8 planes per 256-thread block; each lane reduces every 32nd element (coalesced) and TVM's
   cross-thread allreduce (warp shuffles) combines the lanes.
@@ -215,6 +218,13 @@ def schedule_function(
     mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
     _inline_producers(sch, mains, chains)
     units = []
+    joined = joining_consumer(sch, mains, chains)
+    if joined is not None:
+        anchor, joined_mains, joined_chains = joined
+        units.append(schedule_joined(sch, anchor, joined_mains, joined_chains, target, binder, staged=staged,
+                                     tile_scale=tile_scale))
+        mains = [m for m in mains if m not in joined_mains]
+        chains = [c for c in chains if c not in joined_chains]
     for main in mains:
         units.append(schedule_main(sch, main, target, binder, warp=warp))
     for chain in chains:
@@ -442,17 +452,30 @@ def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binde
     """A separable window reduction: the last pass one thread per output over a tile, the
     earlier passes into shared memory per tile (or inlined when not ``staged``)."""
     final = chain.passes[-1]
+    earlier = _earlier_passes(sch, chain, staged)
+    bx, tx, threads = _tile_block(sch, final, target, binder, tile_scale)
+    _stage(sch, earlier, bx, threads, binder)
+    return _Unit(final, tx)
+
+
+def _earlier_passes(sch, chain, staged: bool) -> list:
+    """The passes before the last one, to stage; none (all inlined) when not ``staged``."""
     earlier = list(chain.passes[:-1])
-    if not staged:
-        for rv in reversed(earlier):
-            sch.compute_inline(rv)
-        earlier = []
-    loops = list(sch.get_loops(final))
+    if staged:
+        return earlier
+    for rv in reversed(earlier):
+        sch.compute_inline(rv)
+    return []
+
+
+def _tile_block(sch, block, target: Target, binder: Binder, tile_scale: int):
+    """Tile ``block``'s output loops (:func:`chain_tile`): a CUDA block per tile, a thread per
+    output (two on large outputs). Returns (block loop, thread loop, threads per block)."""
+    loops = list(sch.get_loops(block))
     extents = [_extent(sch, l) for l in loops]
     if any(e is None for e in extents):
-        raise ValueError("separable passes need static shapes")
-    limit = max_threads(target)
-    pb, th, tw = chain_tile(extents, limit, tile_scale)
+        raise ValueError("tiles need static shapes")
+    pb, th, tw = chain_tile(extents, max_threads(target), tile_scale)
     two_d = len(loops) >= 2
     ow = loops[-1]
     oh = loops[-2] if two_d else None
@@ -483,6 +506,11 @@ def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binde
     _, tx = sch.split(inner, [None, threads])
     binder.bind(bx, "blockIdx.x")
     binder.bind(tx, "threadIdx.x")
+    return bx, tx, threads
+
+
+def _stage(sch, earlier: list, bx, threads: int, binder: Binder) -> None:
+    """Earlier passes into shared memory per CUDA block, computed by the block's threads."""
     for rv in reversed(earlier):  # the pass nearest the last one first
         sch.compute_at(rv, bx, preserve_unit_loops=True)
         binder.scope(rv, 0, "shared")
@@ -490,7 +518,53 @@ def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binde
         fused = sch.fuse(*stage) if len(stage) > 1 else stage[0]
         _, stx = sch.split(fused, [None, threads])
         binder.bind(stx, "threadIdx.x")
-    return _Unit(final, tx)
+
+
+# --------------------------------------------------------------------------------------------
+# A consumer joining several reductions (TensorRT's blend of a max and an average)
+# --------------------------------------------------------------------------------------------
+
+
+def joining_consumer(sch, mains, chains):
+    """A root block pointwise over the results of two or more pooling reductions (all of its
+    domain's shape): ``(block, mains, chains)`` of those it joins, or None."""
+    finals = [(m.rv, m) for m in mains] + [(c.passes[-1], c) for c in chains]
+    owned = [b for rv, _ in finals for b in _written(sch.get(rv))]
+    for rv in analysis.other_blocks(sch, mains, chains):
+        if not analysis.is_pointwise_over(sch, rv, owned):
+            continue
+        reads = [analysis.region_buffer(r) for r in sch.get(rv).reads]
+        joined = [u for f, u in finals if any(b.same_as(r) for b in _written(sch.get(f)) for r in reads)]
+        if len(joined) >= 2 and not any(isinstance(u, analysis.MainBlock) and is_global(u, sch) for u in joined):
+            return rv, [u for u in joined if isinstance(u, analysis.MainBlock)], [
+                u for u in joined if isinstance(u, analysis.PassChain)]
+    return None
+
+
+def schedule_joined(sch, anchor, mains, chains, target: Target, binder: Binder, *, staged: bool = True,
+                    tile_scale: int = 1) -> _Unit:
+    """One kernel for the joining consumer and every reduction it reads: the consumer tiled
+    like a last pass, each reduction's result computed per thread (in a register) right before
+    it, the earlier passes staged in shared memory per block."""
+    earlier = [_earlier_passes(sch, c, staged) for c in chains]
+    bx, tx, threads = _tile_block(sch, anchor, target, binder, tile_scale)
+    finals = [m.rv for m in mains] + [c.passes[-1] for c in chains]
+    for rv in finals:
+        sch.compute_at(rv, tx, preserve_unit_loops=True)
+    for main in mains:
+        taps = _product(main.reduce_extents)
+        if taps is not None and taps <= MAX_UNROLLED_TAPS:
+            for r in sch.get_loops(main.rv)[-len(main.reduce_extents):]:
+                sch.unroll(r)
+    for passes in earlier:
+        _stage(sch, passes, bx, threads, binder)
+    params = analysis.function_params(sch)
+    for rv in finals:
+        if _consumer_names(sch, rv) <= {_name(sch, anchor)}:
+            for i, buf in enumerate(_written(sch.get(rv))):
+                if not any(buf.same_as(p) for p in params):
+                    binder.scope(rv, i, "local")
+    return _Unit(anchor, tx)
 
 
 # --------------------------------------------------------------------------------------------

@@ -167,25 +167,34 @@ _PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\
 
 
 def ptxas_report(sources: list[str], archs=ARCHS) -> list[dict]:
-    """Compile each CUDA source for every arch in one nvcc run (ptxas -v); one row per kernel
-    and arch: registers, stack frame, spill stores/loads, shared bytes."""
+    """Compile each CUDA source for every arch (nvcc -fatbin, ptxas -v; two nvcc processes at a
+    time); one row per kernel and arch: source index, registers, stack frame, spill stores and
+    loads, shared bytes."""
+    from concurrent.futures import ThreadPoolExecutor  # pylint: disable=import-outside-toplevel
+
     gencode = []
     for arch in archs:
         num = arch.split("_")[1]
         gencode += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for i, src in enumerate(sources):
-            path = os.path.join(tmp, f"m{i}.cu")
+
+        def one(index_source):
+            index, source = index_source
+            path = os.path.join(tmp, f"m{index}.cu")
             with open(path, "w") as fh:
-                fh.write(src)
-            files.append(path)
-        cmd = ["nvcc", "-fatbin", *gencode, "-Xptxas", "-v,--warn-on-spills,--warn-on-local-memory-usage",
-               "--threads", "2", *files]
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed:\n{proc.stderr[-4000:]}")
-        text = proc.stdout + proc.stderr
+                fh.write(source)
+            cmd = ["nvcc", "-fatbin", *gencode, "-Xptxas", "-v,--warn-on-spills,--warn-on-local-memory-usage",
+                   "-o", path + ".fatbin", path]
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"nvcc failed on source {index}:\n{proc.stderr[-4000:]}")
+            return [dict(row, source=index) for row in _parse_ptxas(proc.stdout + "\n" + proc.stderr)]
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return [row for rows in pool.map(one, enumerate(sources)) for row in rows]
+
+
+def _parse_ptxas(text: str) -> list[dict]:
     rows, cur = [], None
     for line in text.splitlines():
         m = _PTXAS_FUNC.search(line)
