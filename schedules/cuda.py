@@ -200,8 +200,8 @@ class _Unit:
     consumers attach to (the per-output thread loop) and kernels are launched on."""
 
     final: object  # SBlockRV
-    thread_loop: object  # LoopRV: consumers go here
-    stores: tuple = ()  # names of the register write-backs already at the thread loop
+    thread_loop: object  # LoopRV: the per-output thread loop
+    attached: frozenset = frozenset()  # names of the blocks attached to it (write-backs, consumers)
 
 
 class NoWarpReduction(ValueError):
@@ -229,34 +229,9 @@ def schedule_function(
         units.append(schedule_main(sch, main, target, binder, warp=warp))
     for chain in chains:
         units.append(schedule_chain(sch, chain, target, binder, staged=staged, tile_scale=tile_scale))
-    # Later units first: a consumer of two reductions (TensorRT's blend of max and average)
-    # goes to the last one, when the first one's result is complete.
-    units.sort(key=lambda u: _position(sch, u.final))
-    for unit in reversed(units):
-        attach_consumers(sch, unit, binder)
+    for unit in units:
+        keep_in_registers(sch, unit, binder)
     schedule_leftovers(sch, target, binder)
-
-
-def _position(sch, rv) -> int:
-    names = [_name(sch, b) for b in analysis.root_blocks(sch)]  # pylint: disable=protected-access
-    root_of = rv
-    while True:  # the root-level block (nest) that contains rv
-        parent = sch.get_sref(root_of).parent
-        if parent is None or _name(sch, root_of) in names:
-            break
-        root_of = _block_of(sch, parent)
-        if root_of is None:
-            break
-    name = _name(sch, root_of) if root_of is not None else _name(sch, rv)
-    return names.index(name) if name in names else len(names)
-
-
-def _block_of(sch, sref):
-    while sref is not None and not isinstance(sref.stmt, s_tir.SBlock):
-        sref = sref.parent
-    if sref is None:
-        return None
-    return sch.get_sblock(sref.stmt.name_hint)
 
 
 def _name(sch, rv) -> str:
@@ -341,24 +316,27 @@ def schedule_main(sch, main: analysis.MainBlock, target: Target, binder: Binder,
         return _schedule_global(sch, main, target, binder)
     loops = sch.get_loops(main.rv)
     spatial, reduce_loops = loops[: main.n_spatial], loops[main.n_spatial :]
+    attached = set()
+    if None not in main.spatial_extents:
+        attached |= _accumulate_in_registers(sch, main.rv, spatial[-1])
+        attached |= attach_consumers(sch, main.rv, spatial[-1])
     tx = _bind_spatial(sch, main.rv, spatial, reduce_loops, target, binder)
     taps = _product(main.reduce_extents)
     if taps is not None and taps <= MAX_UNROLLED_TAPS:
         for r in reduce_loops:
             sch.unroll(r)
-    stores = _accumulate_in_registers(sch, main.rv, tx)
-    return _Unit(main.rv, tx, stores)
+    return _Unit(main.rv, tx, frozenset(attached))
 
 
-def _accumulate_in_registers(sch, block, thread_loop) -> tuple:
+def _accumulate_in_registers(sch, block, output_loop) -> set:
     """A reduction writing the function's output accumulates in a register, then stores once
     (an intermediate is kept in a register by attach_consumers when its readers join it)."""
     params = analysis.function_params(sch)
     outputs = [i for i, buf in enumerate(_written(sch.get(block))) if any(buf.same_as(p) for p in params)]
     stores = [sch.cache_write(block, i, "local") for i in outputs]
     for store in stores:
-        sch.reverse_compute_at(store, thread_loop, preserve_unit_loops=True)
-    return tuple(_name(sch, st) for st in stores)
+        sch.reverse_compute_at(store, output_loop, preserve_unit_loops=True)
+    return {_name(sch, st) for st in stores}
 
 
 def _bind_spatial(sch, block, spatial, reduce_loops, target, binder):
@@ -401,19 +379,20 @@ def _schedule_global(sch, main, target, binder) -> _Unit:
     """One warp per plane: lanes take every 32nd element, TVM's allreduce combines them."""
     loops = sch.get_loops(main.rv)
     spatial, reduce_loops = loops[: main.n_spatial], loops[main.n_spatial :]
+    attached = attach_consumers(sch, main.rv, spatial[-1])
     s = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     r = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
     planes = _extent(sch, s)
     per_block = max(1, min(max_threads(target) // WARP, planes))
     so, si = sch.split(s, [None, per_block])
     ro, ri = sch.split(r, [None, WARP])
-    sch.reorder(so, si, ri, ro)
+    sch.reorder(ri, ro)
     binder.bind(so, "blockIdx.x")
     binder.bind(si, "threadIdx.y")
     binder.bind(ri, "threadIdx.x")
     sch.annotate(ro, "pragma_auto_unroll_max_step", 16)
     sch.annotate(ro, "pragma_unroll_explicit", 1)
-    return _Unit(main.rv, si)
+    return _Unit(main.rv, si, frozenset(attached))
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,9 +432,10 @@ def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binde
     earlier passes into shared memory per tile (or inlined when not ``staged``)."""
     final = chain.passes[-1]
     earlier = _earlier_passes(sch, chain, staged)
+    attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
     bx, tx, threads = _tile_block(sch, final, target, binder, tile_scale)
     _stage(sch, earlier, bx, threads, binder)
-    return _Unit(final, tx)
+    return _Unit(final, tx, frozenset(attached))
 
 
 def _earlier_passes(sch, chain, staged: bool) -> list:
@@ -547,6 +527,7 @@ def schedule_joined(sch, anchor, mains, chains, target: Target, binder: Binder, 
     like a last pass, each reduction's result computed per thread (in a register) right before
     it, the earlier passes staged in shared memory per block."""
     earlier = [_earlier_passes(sch, c, staged) for c in chains]
+    attached = attach_consumers(sch, anchor, sch.get_loops(anchor)[-1])
     bx, tx, threads = _tile_block(sch, anchor, target, binder, tile_scale)
     finals = [m.rv for m in mains] + [c.passes[-1] for c in chains]
     for rv in finals:
@@ -564,7 +545,7 @@ def schedule_joined(sch, anchor, mains, chains, target: Target, binder: Binder, 
             for i, buf in enumerate(_written(sch.get(rv))):
                 if not any(buf.same_as(p) for p in params):
                     binder.scope(rv, i, "local")
-    return _Unit(anchor, tx)
+    return _Unit(anchor, tx, frozenset(attached))
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,26 +565,33 @@ def _consumer_names(sch, rv) -> set:
     return {_name(sch, c) for c in sch.get_consumers(rv)}
 
 
-def attach_consumers(sch, unit: _Unit, binder: Binder) -> None:
-    """Attach the consumers pointwise over the pool's output (analysis.is_pointwise_over:
-    transitively, in program order) to the pool's thread loop; keep the pool's intermediate in
-    a register when every reader is attached. Anything else stays its own kernel."""
-    attached = set(unit.stores)
-    for rv in analysis.attachable_consumers(sch, [unit.final]):
+def attach_consumers(sch, final, output_loop) -> set:
+    """Attach the consumers pointwise over ``final``'s output (analysis.is_pointwise_over:
+    transitively, in program order) to its innermost output loop, before that loop is split
+    into blocks and threads: the splits then guard every attached block with the same
+    predicate. (Attached after a split that does not divide, reverse_compute_at widens the
+    consumer's domain to the whole split, unguarded: out-of-bounds writes; the CPU simulation
+    of fused random graphs caught it.) Returns the names attached; anything else stays its
+    own kernel."""
+    attached = set()
+    for rv in analysis.attachable_consumers(sch, [final]):
         try:
-            # TVM refuses a block whose other producers are not under the loop (TensorRT's
-            # blend reading a second reduction): it stays at the root, and so does what reads it
-            sch.reverse_compute_at(rv, unit.thread_loop, preserve_unit_loops=True)
+            sch.reverse_compute_at(rv, output_loop, preserve_unit_loops=True)
         except (Exception,):  # pylint: disable=broad-except
             continue
         attached.add(_name(sch, rv))
+    return attached
+
+
+def keep_in_registers(sch, unit: _Unit, binder: Binder) -> None:
+    """Intermediates whose every reader runs in the same thread live in registers (``local``)."""
     final_readers = _consumer_names(sch, unit.final)
-    if final_readers and final_readers <= attached:
+    if final_readers and final_readers <= unit.attached:
         params = analysis.function_params(sch)
         for i, buf in enumerate(_written(sch.get(unit.final))):
             if not any(buf.same_as(p) for p in params):
                 binder.scope(unit.final, i, "local")
-    _localize_attached(sch, attached, binder)
+    _localize_attached(sch, set(unit.attached), binder)
 
 
 def _localize_attached(sch, attached: set, binder: Binder) -> None:

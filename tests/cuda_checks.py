@@ -50,10 +50,18 @@ def gpu_target(arch: str = "sm_80") -> tvm.target.Target:
 
 
 def simulate(mod: tvm.IRModule, arch: str = "sm_80"):
-    """Compile ``mod`` for the CPU with the CUDA schedule, thread-bound loops left serial."""
-    rule = cuda.Pool(simulate=True, gpu_target=gpu_target(arch))
+    """Compile ``mod`` for the CPU with the CUDA schedule, thread-bound loops left serial, every
+    buffer access bounds-checked."""
+    rule = CheckedPool(simulate=True, gpu_target=gpu_target(arch))
     with mock.patch.object(lowering, "schedule_passes", lambda _t: [dlight.ApplyDefaultSchedule(rule)]):
-        return tvm_pool.compile(mod, target=CPU)
+        with bounds_checked():
+            return tvm_pool.compile(mod, target=CPU)
+
+
+def bounds_checked():
+    """A PassContext in which TVM instruments every buffer access with a bounds check (an
+    out-of-bounds access then raises at run time instead of corrupting memory)."""
+    return tvm.transform.PassContext(config={"tirx.instrument_bound_checkers": True})
 
 
 def scheduled_funcs(mod: tvm.IRModule, target) -> dict:
@@ -321,3 +329,48 @@ def run_cpu(ex, *inputs):
     if hasattr(out, "numpy"):
         return [out.numpy()]
     return [o.numpy() for o in out]
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes stay inside their buffers
+# ---------------------------------------------------------------------------------------------
+
+
+def out_of_bounds_writes(func: tirx.PrimFunc) -> list[str]:
+    """Every block write region that can leave its buffer, given the block's iterator domains
+    (a schedule that widens a block's domain past its buffer writes out of bounds: on a GPU,
+    silent corruption). Empty when every write stays inside."""
+    from tvm import sym  # pylint: disable=import-outside-toplevel
+
+    problems = []
+
+    def visit(block):
+        if block.name_hint == "root":
+            return
+        ana = sym.Analyzer()
+        for iv in block.iter_vars:
+            ana.bind(iv.var, tvm.ir.Range.from_min_extent(iv.dom.min, iv.dom.extent))
+        for region in block.writes:
+            buf = region.buffer if hasattr(region, "buffer") else region.source
+            shape = (buf.ty if hasattr(buf, "ty") and hasattr(buf.ty, "shape") else buf).shape
+            for axis, (rng, dim) in enumerate(zip(region.region, shape)):
+                if not (isinstance(dim, tirx.IntImm) and isinstance(rng.extent, tirx.IntImm)):
+                    continue
+                bound = ana.const_int_bound(rng.min)
+                if bound.min_value < 0 or bound.max_value + int(rng.extent) > int(dim):
+                    problems.append(f"{block.name_hint} writes {buf.name} axis {axis} in "
+                                    f"[{bound.min_value}, {bound.max_value + int(rng.extent) - 1}], size {int(dim)}")
+
+    tvm_ffi.structural_walk(func.body, [(s_tir.SBlock, visit)], order="post")
+    return problems
+
+
+class CheckedPool(cuda.Pool):
+    """The rule, asserting that what it returns writes only inside its buffers."""
+
+    def apply(self, func, target, tunable):
+        sch = super().apply(func, target, tunable)
+        if sch is not None:
+            problems = out_of_bounds_writes(sch.mod["main"])
+            assert not problems, "\n".join(problems)
+        return sch

@@ -226,13 +226,14 @@ def test_simulation_fusion_shapes(name):
     """Every fused shape the x86 rule is checked on: the CUDA rule, simulated, equals the
     unscheduled function bit for bit, and a Concat is never attached to a pool's loops."""
     (func, shapes, outputs), run = _fused_shape_funcs(name)
-    sch = cuda.Pool(simulate=True).apply(func, tvm.target.Target({"kind": "llvm"}), False)
+    sch = cc.CheckedPool(simulate=True).apply(func, tvm.target.Target({"kind": "llvm"}), False)
     assert sch is not None, "the rule declined a PrimFunc with a pool"
     want = run(func, shapes, outputs)
-    got = run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
+    with cc.bounds_checked():
+        got = run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
-    real = cuda.Pool().apply(func, tvm.target.Target(SM80), False)
+    real = cc.CheckedPool().apply(func, tvm.target.Target(SM80), False)
     assert real is not None
     root = _root_names(real)
     for block in _root_names(s_tir.Schedule(func)):
@@ -244,6 +245,36 @@ def _root_names(sch):
     from tvm_pool.schedules import analysis  # pylint: disable=import-outside-toplevel
 
     return [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+
+
+def _check_fusion_graphs(seeds):
+    """tests/fusion_graphs.py's random graphs (BN, Relu, Clip, Add with a branch, Concat, two
+    pools, Indices, float16, ...) lowered as one model; every fused PrimFunc the CUDA rule takes,
+    simulated, against its unscheduled self (tests/primfunc_check.py)."""
+    from fusion_graphs import random_graph, to_model  # pylint: disable=import-outside-toplevel
+    from primfunc_check import check_pairs, lower_unscheduled  # pylint: disable=import-outside-toplevel
+
+    graphs = [random_graph(s) for s in seeds]
+    mod = tvm_pool.from_onnx(to_model(graphs))
+    lowered = lower_unscheduled(mod, "llvm")
+    rule = cc.CheckedPool(simulate=True)
+    pairs = []
+    for gvar, func in lowered.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            sch = rule.apply(func, tvm.target.Target({"kind": "llvm"}), False)
+            if sch is not None:
+                pairs.append((gvar.name_hint, func, sch.mod["main"]))
+    assert pairs
+    with cc.bounds_checked():
+        report = check_pairs(pairs, "llvm")
+    assert not report.mismatches, "\n".join(str(m) for m in report.mismatches)
+    return report
+
+
+@pytest.mark.parametrize("first", [0, pytest.param(12, marks=pytest.mark.slow), pytest.param(24, marks=pytest.mark.slow)])
+def test_simulation_fusion_graphs(first):
+    report = _check_fusion_graphs(range(first, first + 12))
+    assert len(report.checked) >= 12
 
 
 def test_simulation_symbolic_adaptive():
@@ -312,6 +343,26 @@ def test_meta_schedule_rules_registered_for_gpu_keys():
         spaces = tvm.get_global_func("s_tir.meta_schedule.cuda.tvm_pool.max")(sch, sch.get_sblock("max_pool"))
     assert len(spaces) == 2
     assert all('thread="threadIdx.x"' in s.mod["main"].script() for s in spaces)
+
+
+def test_out_of_bounds_writes_are_caught():
+    """The write-bounds check the simulation runs is not vacuous: a block whose domain is wider
+    than the buffer it writes (what reverse_compute_at after a non-dividing split produced) is
+    named."""
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def widened(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(8):
+            with T.sblock("b"):
+                vi = T.axis.spatial(8, i)
+                b[vi] = a[vi % 4]
+
+    (problem,) = cc.out_of_bounds_writes(widened)
+    assert "b writes b axis 0 in [0, 7], size 4" in problem
+    x = te.placeholder((1, 4, 5, 7), "float32", name="x")
+    func = te.create_prim_func([x, *compute.max_pool(x, [4, 1], [3, 3], None, [3, 0, 0, 0], return_indices=True)])
+    assert cc.out_of_bounds_writes(cc.CheckedPool().apply(func, tvm.target.Target(SM80), False).mod["main"]) == []
 
 
 def test_shared_memory_fallback():
@@ -458,10 +509,12 @@ def every_case():
 
 @pytest.mark.parametrize("arch", [pytest.param(a, marks=[] if a == "sm_80" else [pytest.mark.slow]) for a in cc.ARCHS])
 def test_every_case_builds_for_arch(arch):
-    """Every case above (ops, dtypes, edge geometries) builds for the arch, every kernel passes
-    VerifyGPUCode and, with nvcc, ptxas shows no spills and no stack frame. (sm_80 by default;
+    """Every case above (ops, dtypes, edge geometries) builds for the arch, no scheduled block
+    writes outside its buffer, every kernel passes VerifyGPUCode and, with nvcc, ptxas shows no spills and no stack frame. (sm_80 by default;
     sm_75 and sm_90 with -m slow: the same TIR, only the code generation differs.)"""
     build = cc.cuda_build(batch_module(every_case()), arch)
+    for name, func in build.scheduled.items():
+        assert not cc.out_of_bounds_writes(func), name
     verdict = cc.verify_gpu(build)
     assert len(verdict) >= len(every_case()) and all(verdict.values()), [k for k, v in verdict.items() if not v]
     if cc.have_nvcc():
