@@ -41,10 +41,11 @@ bfloat16's ``widen`` stage) stays its own kernel with a generic one-thread-per-e
 binds loops to ``blockIdx``/``threadIdx`` and sets storage scopes, :class:`SerialBinder` does
 neither, leaving the very same loop nest, splits, staging regions and index expressions as
 serial loops over global buffers, which builds for the CPU (``Pool(simulate=True)``). That run
-is exact for everything the rule decides. What it does not run is TVM's own work on bound
-loops: the barriers between a shared stage's writes and the last pass's reads (ThreadSync) and
-the warp allreduce (LowerThreadAllreduce); those are checked on the CUDA build
-(``tests/test_schedules_cuda.py``: VerifyGPUCode, ptxas, launch shapes).
+is exact for everything the rule decides; the tests also check that no scheduled block can
+write outside its buffer (a widened block domain: see :func:`attach_consumers`). What it does
+not run is TVM's own work on bound loops: the barriers between a shared stage's writes and the
+last pass's reads (ThreadSync) and the warp allreduce (LowerThreadAllreduce); those are checked
+on the CUDA build (``tests/test_schedules_cuda.py``: VerifyGPUCode, ptxas, launch shapes).
 """
 
 from __future__ import annotations
