@@ -538,7 +538,8 @@ def test_simulation_random(seed):
     s = [int(v) for v in rng.integers(1, 3, rank)]
     d = [int(v) for v in rng.integers(1, 3, rank)]
     p = [int(rng.integers(0, kk)) for kk in k] + [int(rng.integers(0, kk)) for kk in k]
-    shape = [1, int(rng.integers(1, 4))] + [int(v) for v in rng.integers(2 * max(k) * max(d), 16, rank)]
+    low = max((kk - 1) * dd + 1 for kk, dd in zip(k, d))  # every window fits the data
+    shape = [1, int(rng.integers(1, 4))] + [int(v) for v in rng.integers(low, low + 12, rank)]
     ceil = bool(rng.integers(0, 2))
     dtype = DTYPES[seed % len(DTYPES)]
     check_simulation(module(shape, dtype, maxp(k, s, p, d, ceil)))
