@@ -418,7 +418,7 @@ WORKLOADS = [
     ("global_max_large", [1, 512, 32, 32], "float32", glob("max")),
     ("adaptive_avg", [1, 256, 13, 13], "float32", adaptive_avg([6, 6])),
     ("trt_blend_int8", [1, 64, 56, 56], "int8", trt("MAX_AVERAGE_BLEND", [3, 3], [2, 2], [1, 1], [1, 1], blend=0.5)),
-    ("lp2_uint8_in", [1, 64, 56, 56], "float16", lpp([3, 3], [2, 2], [1, 1, 1, 1], 2.0)),
+    ("lp2_fp16", [1, 64, 56, 56], "float16", lpp([3, 3], [2, 2], [1, 1, 1, 1], 2.0)),
     ("fused_relu_pool_add", [1, 64, 112, 112], "float32", None),
 ]
 
