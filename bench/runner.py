@@ -218,11 +218,24 @@ def peer_onnxruntime(model, x, threads):
 
 def peer_torch(model, x, threads, w: Workload = None):
     import torch  # pylint: disable=import-outside-toplevel
-    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
     torch.set_num_threads(threads)
+    call = torch_call(w, torch.from_numpy(x))
+    try:
+        call()
+    except Exception as err:  # pylint: disable=broad-except
+        raise NotAvailable(_short(err)) from err
+    if w.dtype in ("int8", "uint8"):
+        raise NotAvailable(f"{w.dtype} pooling not supported by torch CPU kernels")
+    return call, None
+
+
+def torch_call(w: Workload, t):
+    """PyTorch's functional pool for workload ``w`` on tensor ``t`` (CPU or GPU)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+
     rank = len(w.shape) - 2
-    t = torch.from_numpy(x)
     a = w.attrs
     k = a.get("kernel_shape")
     if w.op.startswith("Global"):
@@ -244,15 +257,9 @@ def peer_torch(model, x, threads, w: Workload = None):
             kw["count_include_pad"] = bool(a.get("count_include_pad", 0))
         call = lambda: fn(t, **kw)  # noqa: E731
         if w.fused:
-            bias = torch.from_numpy(fused_bias(w))
+            bias = torch.from_numpy(fused_bias(w)).to(t.device)
             call = lambda: fn(torch.relu(t), **kw) + bias  # noqa: E731
-    try:
-        call()
-    except Exception as err:  # pylint: disable=broad-except
-        raise NotAvailable(_short(err)) from err
-    if w.dtype in ("int8", "uint8"):
-        raise NotAvailable(f"{w.dtype} pooling not supported by torch CPU kernels")
-    return call, None
+    return call
 
 
 def peer_openvino(model, x, threads):
@@ -461,12 +468,18 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=None, help="timed runs per peer (default 50; quick 15)")
     p.add_argument("--output-dir", default=RESULTS_DIR, help=f"where to write results (default {RESULTS_DIR})")
     p.add_argument("--only", default=None, help="comma-separated workload names")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default): the CPU peers; cuda: tvm_pool, stock TVM and PyTorch on a GPU (bench/cuda.py)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cuda":
+        from . import cuda  # pylint: disable=import-outside-toplevel
+
+        return cuda.main(args)
     repeat = args.repeat or (15 if args.quick else 50)
     only = set(args.only.split(",")) if args.only else None
     threads = [int(t) for t in str(args.threads).split(",") if t.strip()]

@@ -7,7 +7,7 @@ Layout: one module per target family, each with one dlight-style rule:
 
 - :mod:`.x86`   x86-64 CPUs (AVX2 / AVX-512 from the target's mcpu)       -- implemented
 - ``arm.py``    aarch64 (NEON / SVE)                                       -- extension point
-- ``cuda.py``   NVIDIA GPUs                                                -- extension point
+- :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)    -- implemented
 
 To add a target: write ``<family>.py`` with a ``ScheduleRule`` subclass and add it to
 :data:`_FAMILIES` below (a predicate on the target plus the rule factory). :mod:`.meta_schedule`
@@ -19,23 +19,27 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight
 
-from . import x86
+from . import cuda, x86
 
 
 def _x86_rules(target):
     return [x86.Pool()]
 
 
+def _cuda_rules(target):
+    return [cuda.Pool()]
+
+
 # (predicate on the target, rules factory), first match wins.
 _FAMILIES = [
     (x86.is_x86, _x86_rules),
     # (arm.is_arm, lambda t: [arm.Pool()]),     # aarch64: schedules/arm.py
-    # (cuda.is_cuda, lambda t: [cuda.Pool()]),  # CUDA: schedules/cuda.py
+    (cuda.is_cuda, _cuda_rules),
 ]
 
 
 def rules_for(target: tvm.target.Target) -> list:
-    """The dlight-style schedule rules for ``target`` (x86 now; aarch64 and CUDA later)."""
+    """The dlight-style schedule rules for ``target`` (x86 and CUDA; aarch64 later)."""
     for matches, rules in _FAMILIES:
         if matches(target):
             return rules(target)

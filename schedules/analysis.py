@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
+import tvm_ffi
 from tvm import runtime, s_tir, tirx
 
 # The annotations the computes write (one definition, in tvm_pool/compute/common.py).
@@ -195,7 +195,7 @@ def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock], chains: list[PassC
 def _same_extent(a, b) -> bool:
     if isinstance(a, tirx.IntImm) and isinstance(b, tirx.IntImm):
         return int(a) == int(b)
-    return tvm.ir.structural_equal(a, b)
+    return tvm_ffi.structural_equal(a, b)  # TVM 0.27 has no tvm.ir.structural_equal
 
 
 def _reads_at_own_iterators(region, iter_vars) -> bool:

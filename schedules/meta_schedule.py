@@ -1,4 +1,5 @@
-"""The same schedules as MetaSchedule custom rules.
+"""The same schedules as MetaSchedule custom rules (CPU under key ``cpu``, CUDA under ``cuda``
+and ``gpu``).
 
 MetaSchedule's ``ApplyCustomRule`` reads a block's ``schedule_rule`` annotation and calls the
 global function ``s_tir.meta_schedule.<target key>.<annotation>`` (target key ``cpu`` for llvm)
@@ -17,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from . import analysis, x86
+from . import analysis, cuda, x86
 
 CPU_KINDS = (
     "max", "max_index", "avg_sum", "lp_sum",
@@ -30,6 +31,8 @@ ELEMENTWISE_KINDS = (
     "adaptive_max_index_finalize", "adaptive_avg_finalize", "trt_finalize",
 )
 _PREFIX = "s_tir.meta_schedule.cpu."
+# MetaSchedule tries the target's keys in order: a cuda target has keys ("cuda", "gpu").
+GPU_KEYS = ("cuda", "gpu")
 
 
 def _cpu_rule(sch: s_tir.Schedule, block) -> list:
@@ -56,19 +59,43 @@ def _keep(sch: s_tir.Schedule, _block) -> list:
     return [sch]
 
 
+def _cuda_rule(sch: s_tir.Schedule, block) -> list:
+    """The CUDA schedule of the whole function, from its window reduction (or a separable
+    reduction's last pass); a block that is neither leaves the schedule as it is."""
+    target = tvm.target.Target.current(allow_none=True)
+    if target is None or not cuda.is_cuda(target):
+        target = cuda.default_target()
+    name = sch.get(block).name_hint
+    chain = next((c for c in analysis.pass_chains(sch) if sch.get(c.passes[-1]).name_hint == name), None)
+    if chain is None and not analysis.is_reduction(sch.get(block)):
+        return [sch]
+    spaces = []
+    for staged in (True, False):
+        candidate = sch.copy()
+        try:
+            cuda.schedule_function(candidate, target, staged=staged, warp=staged)
+        except (Exception,):  # pylint: disable=broad-except
+            continue
+        spaces.append(candidate)
+    return spaces or [sch]
+
+
 _registered: list[str] = []
 
 
 def register() -> list[str]:
-    """Register the CPU custom rules (idempotent); returns the registered global names."""
+    """Register the CPU and CUDA custom rules (idempotent); returns the registered global names."""
     if _registered:
         return list(_registered)
-    names = [f"{_PREFIX}tvm_pool.{k}" for k in CPU_KINDS]
-    names += [_PREFIX + rule for rule in analysis.TOPI_POOL_RULES]
-    for name in names:
-        tvm_ffi.register_global_func(name, _cpu_rule, override=True)
-    for k in ELEMENTWISE_KINDS:
-        tvm_ffi.register_global_func(f"{_PREFIX}tvm_pool.{k}", _keep, override=True)
-        names.append(f"{_PREFIX}tvm_pool.{k}")
+    names = []
+    for prefix, rule in [(_PREFIX, _cpu_rule)] + [(f"s_tir.meta_schedule.{key}.", _cuda_rule) for key in GPU_KEYS]:
+        reductions = [f"{prefix}tvm_pool.{k}" for k in CPU_KINDS]
+        reductions += [prefix + r for r in analysis.TOPI_POOL_RULES]
+        for name in reductions:
+            tvm_ffi.register_global_func(name, rule, override=True)
+        elementwise = [f"{prefix}tvm_pool.{k}" for k in ELEMENTWISE_KINDS]
+        for name in elementwise:
+            tvm_ffi.register_global_func(name, _keep, override=True)
+        names += reductions + elementwise
     _registered.extend(names)
     return list(names)

@@ -48,8 +48,11 @@ def accumulate_dtype(dtype: str) -> str:
 
 def max_identity(dtype: str):
     """The value of an empty max: -inf for floats, the smallest value for integers."""
-    if str(dtype) == "bfloat16":  # TVM has no bfloat16 infinity constant; the cast is exact
-        return tirx.Cast("bfloat16", -tirx.infinity("float32"))
+    if str(dtype) == "bfloat16":
+        # TVM has no bfloat16 infinity constant, and a cast of float32 -inf folds into a bfloat16
+        # constant that TVM's CUDA code generator prints as `-inff` (not C++): the bit pattern
+        # of bfloat16 -inf (0xFF80) instead, exact on every target.
+        return tirx.reinterpret("bfloat16", tirx.const(0xFF80, "uint16"))
     if is_float(dtype):
         return -tirx.infinity(dtype)
     return tirx.min_value(dtype)

@@ -1,0 +1,581 @@
+"""The CUDA schedule (schedules/cuda.py), verified without a GPU.
+
+1. Simulation (runs everywhere): the same schedule with every thread-bound loop left serial
+   (``cuda.Pool(simulate=True)``), built for this CPU and compared with ``schedule=False`` on
+   random inputs: every op, dtype and edge geometry, and inside fused graphs.
+2. CUDA builds for sm_75 / sm_80 / sm_90 through ``tvm_pool.compile`` (TVM writes the CUDA
+   source without nvcc), TVM's VerifyGPUCode limits on every kernel, and, with nvcc on PATH,
+   ``ptxas -v``: no spills, no local memory.
+3. Launch shapes (threads per output, blocks a multiple of 32) and an ideal-cache DRAM estimate
+   per workload against the minimum (input read once, output written once).
+4. ``gpu``-marked tests compare with PyTorch on a CUDA device; they skip without one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, s_tir, te
+
+import cuda_checks as cc
+import tvm_pool
+from tvm_pool import compute, relax_ops
+from tvm_pool.schedules import cuda, rules_for
+
+SM80 = {"kind": "cuda", "arch": "sm_80"}
+needs_nvcc = pytest.mark.skipif(not cc.have_nvcc(), reason="nvcc (CUDA toolkit) is not on PATH: no ptxas check")
+
+
+def module(shape, dtype, emit, epilogue=None, prologue=None, branch=False):
+    """``x -> prologue -> emit -> epilogue(y[, x2])``; with ``branch`` a second input of the
+    pool's output shape joins the epilogue (add with a branch, concat)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    params = [x]
+    with bb.function("main"):
+        with bb.dataflow():
+            inp = bb.emit(prologue(x)) if prologue else x
+            y = emit(bb, inp)
+            if epilogue is not None:
+                if branch:
+                    out_shape = [int(d) for d in y.ty.shape.values]
+                    x2 = relax.Var("x2", relax.TensorType(out_shape, dtype))
+                    params.append(x2)
+                    y = bb.emit(epilogue(y, x2))
+                else:
+                    y = bb.emit(epilogue(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out, params=params)
+    return bb.get()
+
+
+def inputs_for(mod, seed=0, nan=False):
+    out = []
+    for i, p in enumerate(mod["main"].params):
+        shape = [int(d) for d in p.ty.shape.values]
+        out.append(cc.data(shape, str(p.ty.dtype), seed=seed + i, nan=nan))
+    return out
+
+
+def check_simulation(mod, nan=True, exact=True):
+    xs = inputs_for(mod, nan=nan)
+    want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
+    got = cc.run_cpu(cc.simulate(mod), *xs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if g.dtype.name == "bfloat16":
+            g, w = g.astype(np.float32), w.astype(np.float32)
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+def maxp(k, s=None, p=None, d=None, ceil=False, **kw):
+    return lambda bb, x: relax_ops.max_pool(bb, x, k, strides=s, pads=p, dilations=d, ceil_mode=ceil, **kw)
+
+
+def avgp(k, s=None, p=None, d=None, ceil=False, cip=False):
+    return lambda bb, x: relax_ops.avg_pool(bb, x, k, strides=s, pads=p, dilations=d, ceil_mode=ceil,
+                                            count_include_pad=cip)
+
+
+def lpp(k, s=None, p=None, pw=2.0):
+    return lambda bb, x: relax_ops.lp_pool(bb, x, k, strides=s, pads=p, p=pw)
+
+
+def glob(kind):
+    return lambda bb, x: relax_ops.global_pool(bb, x, kind)
+
+
+def trt(kind, k, s, pre, post, mode="EXPLICIT_ROUND_DOWN", blend=0.0, excl=True):
+    return lambda bb, x: relax_ops.tensorrt_pool(bb, x, kind, k, s, pre, post, mode, blend, excl)
+
+
+def adaptive_max(size, index="i64"):
+    return lambda bb, x: relax_ops.adaptive_max_pool(bb, x, size, index)
+
+
+def adaptive_avg(size):
+    return lambda bb, x: relax_ops.adaptive_avg_pool(bb, x, size)
+
+
+# (id, shape, dtype, emit, exact): every pooling op and its edge geometries. The ids in SLOW
+# (the costlier argmax builds on the CPU) simulate only with -m slow; every case builds for CUDA.
+SLOW = {"indices_storage_order", "indices_plane_int32", "adaptive_max_index_i32_3d"}
+CASES = [
+    ("max_3x3s2_resnet", [1, 8, 20, 20], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1]), True),
+    ("max_3x3s1", [1, 4, 14, 14], "float32", maxp([3, 3], [1, 1], [1, 1, 1, 1]), True),
+    ("max_ceil", [1, 4, 14, 13], "float32", maxp([3, 3], [2, 2], [0, 0, 0, 0], ceil=True), True),
+    ("max_2x2s2", [1, 4, 16, 16], "float32", maxp([2, 2], [2, 2]), True),
+    ("max_pads_k1_odd_stride", [1, 2, 9, 7], "float32", maxp([3, 3], [3, 1], [2, 2, 2, 2]), True),
+    ("max_kernel_is_input", [1, 2, 5, 7], "float32", maxp([5, 7], [1, 1]), True),
+    ("max_size1", [1, 1, 1, 1], "float32", maxp([1, 1], [1, 1]), True),
+    ("max_dilated_asym", [2, 3, 13, 12], "float32", maxp([3, 2], [2, 1], [1, 0, 2, 1], d=[2, 3], ceil=True), True),
+    ("max_wide_rows", [1, 2, 9, 150], "float32", maxp([3, 3], [1, 1], [1, 1, 1, 1]), True),
+    ("max_long_window", [1, 2, 20, 20], "float32", maxp([17, 3], [1, 2]), True),
+    ("max_1d", [2, 3, 50], "float32", maxp([4], [4]), True),
+    ("max_all_taps_3x3s3", [1, 3, 14, 13], "float32", maxp([3, 3], [3, 3]), True),
+    ("max_all_taps_3d_2x2x2", [1, 3, 6, 8, 9], "float16", maxp([2, 2, 2], [2, 2, 2]), True),
+    ("max_1d_long_pass_k32", [1, 3, 100], "float32", maxp([32], [1]), True),
+    ("avg_1d_long_strided_k64", [1, 2, 300], "float32", avgp([64], [32]), True),
+    ("max_1d_pad", [2, 2, 17], "float32", maxp([3], [2], [1, 1]), True),
+    ("max_3d", [1, 3, 6, 9, 9], "float32", maxp([2, 3, 3], [1, 2, 2], [0, 1, 1, 1, 1, 1]), True),
+    ("max_3d_all_axes", [1, 2, 7, 8, 9], "float32", maxp([3, 3, 3], [2, 1, 2], [1, 1, 1, 1, 1, 1]), True),
+    ("avg_3x3s1", [1, 4, 10, 9], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1]), True),
+    ("avg_2x2s2", [1, 8, 16, 16], "float32", avgp([2, 2], [2, 2]), True),
+    ("avg_cip", [1, 4, 15, 15], "float32", avgp([3, 3], [2, 2], [1, 1, 1, 1], cip=True), True),
+    ("avg_ceil_asym", [2, 3, 12, 11], "float32", avgp([3, 3], [2, 2], [1, 0, 2, 1], ceil=True), True),
+    ("avg_pads_k1", [1, 2, 6, 6], "float32", avgp([5, 5], [1, 1], [4, 4, 4, 4]), True),
+    ("avg_window_in_padding", [1, 2, 3, 3], "float32", avgp([2, 2], [3, 3], [1, 1, 1, 1]), True),
+    ("avg_3d_ceil", [1, 3, 6, 9, 9], "float32", avgp([3, 3, 3], [2, 2, 2], [1, 1, 1, 1, 1, 1], ceil=True), True),
+    ("lp1", [1, 3, 9, 8], "float32", lpp([3, 3], [2, 2], [1, 1, 1, 1], 1.0), True),
+    ("lp2", [1, 3, 9, 8], "float32", lpp([3, 3], [2, 2], [1, 1, 1, 1], 2.0), False),  # LLVM contracts x*x+s to an fma in one build only
+    ("lp3", [1, 3, 9, 8], "float32", lpp([3, 3], [2, 2], [1, 1, 1, 1], 3.0), True),
+    ("global_max_7x7", [2, 32, 7, 7], "float32", glob("max"), True),
+    ("global_avg_7x7", [2, 32, 7, 7], "float32", glob("avg"), True),
+    ("global_lp_7x7", [1, 5, 7, 7], "float32", glob("lp"), True),
+    ("global_max_40x40", [1, 5, 40, 40], "float32", glob("max"), True),
+    ("global_avg_40x40_warp", [1, 9, 40, 40], "float32", glob("avg"), False),  # warp sums: another order
+    ("global_lp_20x20_warp", [1, 3, 20, 20], "float32", glob("lp"), False),
+    ("global_avg_1x1", [2, 5, 1, 1], "float32", glob("avg"), True),
+    ("global_avg_1d", [1, 3, 20], "float32", glob("avg"), True),
+    ("indices", [2, 3, 9, 10], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True), True),
+    ("indices_storage_order", [2, 3, 9, 10], "float32",
+     maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True, storage_order=1), True),
+    ("indices_plane_int32", [2, 3, 9, 10], "float32",
+     maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True, index_scope="plane", index_dtype="int32"), True),
+    ("indices_windows_in_padding", [1, 2, 3, 3], "float32", maxp([2, 2], [3, 3], [1, 1, 1, 1], return_indices=True), True),
+    ("adaptive_avg", [1, 3, 10, 7], "float32", adaptive_avg([3, 4]), True),
+    ("adaptive_max_index", [1, 3, 10, 7], "float32", adaptive_max([3, 4]), True),
+    ("adaptive_max_index_i32_3d", [1, 2, 5, 6, 7], "float32", adaptive_max([2, 3, 4], "i32"), True),
+    ("trt_max_caffe", [1, 3, 10, 11], "float32", trt("MAX", [3, 3], [2, 2], [1, 1], [1, 1], "CAFFE_ROUND_UP"), True),
+    ("trt_avg_incl", [1, 3, 10, 11], "float32", trt("AVERAGE", [3, 3], [2, 2], [1, 1], [0, 1], excl=False), True),
+    ("trt_blend", [1, 3, 10, 11], "float32", trt("MAX_AVERAGE_BLEND", [3, 3], [1, 1], [1, 1], [1, 1], blend=0.25), True),
+    ("trt_blend_int8", [1, 3, 10, 11], "int8", trt("MAX_AVERAGE_BLEND", [2, 2], [2, 2], [0, 0], [0, 0], blend=0.5), True),
+    ("trt_avg_int8_3d", [1, 2, 5, 6, 7], "int8", trt("AVERAGE", [2, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1]), True),
+]
+
+DTYPES = ["float32", "float16", "bfloat16", "int8", "uint8"]
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=[pytest.mark.slow] if c[0] in SLOW else []) for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_simulation_ops(case):
+    _, shape, dtype, emit, exact = case
+    check_simulation(module(shape, dtype, emit), exact=exact)
+
+
+def dtype_cases(dtype):
+    shape = [2, 3, 11, 13]
+    cases = [(shape, maxp([3, 3], [2, 2], [1, 1, 1, 1])), (shape, maxp([2, 2], [2, 2])), ([1, 3, 7, 7], glob("max"))]
+    if dtype.startswith(("float", "bfloat")):  # averages of integers are TensorRT's (int8 cases above)
+        cases += [(shape, avgp([3, 3], [1, 1], [1, 1, 1, 1]))]
+    return cases
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulation_dtypes(dtype):
+    for shape, emit in dtype_cases(dtype):
+        check_simulation(module(shape, dtype, emit))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_simulation_indices_half(dtype):
+    check_simulation(module([2, 3, 11, 13], dtype, maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True)))
+
+
+FUSED = [
+    ("relu_before_max", maxp([3, 3], [2, 2], [1, 1, 1, 1]), None, relax.op.nn.relu, False),
+    ("avg_then_relu", avgp([3, 3], [1, 1], [1, 1, 1, 1]), relax.op.nn.relu, relax.op.nn.relu, False),
+    ("max_add_branch", maxp([3, 3], [2, 2], [1, 1, 1, 1]), relax.op.add, relax.op.nn.relu, True),
+    ("avg_add_branch", avgp([2, 2], [2, 2]), relax.op.add, None, True),
+    ("max_concat_after", maxp([3, 3], [2, 2], [1, 1, 1, 1]), lambda y, b: relax.op.concat([y, b], axis=1), None, True),
+    ("avg_concat_after", avgp([3, 3], [1, 1], [1, 1, 1, 1]), lambda y, b: relax.op.concat([b, y], axis=3), None, True),
+    ("global_avg_add", glob("avg"), relax.op.add, None, True),
+    ("indices_relu_after", lambda bb, x: bb.emit(relax.TupleGetItem(
+        maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True)(bb, x), 0)), relax.op.nn.relu, None, False),
+]
+
+
+@pytest.mark.parametrize("case", FUSED, ids=[c[0] for c in FUSED])
+def test_simulation_fused(case):
+    """Relu before, add with a branch after, concat after (not attached: its own kernel)."""
+    _, emit, epilogue, prologue, branch = case
+    shape = [1, 8, 14, 14] if "global" not in case[0] else [1, 8, 7, 7]
+    mod = module(shape, "float32", emit, epilogue=epilogue, prologue=prologue, branch=branch)
+    check_simulation(mod, nan=False)
+
+
+def _fused_shape_funcs(name):
+    """A hand-fused PrimFunc of tests/test_schedule_fusion_shapes.py (pool + producers +
+    consumers in one TE graph: Concat with branches, pool of pool, indices consumer, ...)."""
+    import test_schedule_fusion_shapes as shapes  # pylint: disable=import-outside-toplevel
+
+    return shapes._prim_func(name), shapes._run  # pylint: disable=protected-access
+
+
+def _fusion_shape_names():
+    import test_schedule_fusion_shapes as shapes  # pylint: disable=import-outside-toplevel
+
+    return sorted(shapes.SHAPES)
+
+
+@pytest.mark.parametrize("name", _fusion_shape_names())
+def test_simulation_fusion_shapes(name):
+    """Every fused shape the x86 rule is checked on: the CUDA rule, simulated, equals the
+    unscheduled function bit for bit, and a Concat is never attached to a pool's loops."""
+    (func, shapes, outputs), run = _fused_shape_funcs(name)
+    sch = cc.CheckedPool(simulate=True).apply(func, tvm.target.Target({"kind": "llvm"}), False)
+    assert sch is not None, "the rule declined a PrimFunc with a pool"
+    want = run(func, shapes, outputs)
+    with cc.bounds_checked():
+        got = run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    real = cc.CheckedPool().apply(func, tvm.target.Target(SM80), False)
+    assert real is not None
+    root = _root_names(real)
+    for block in _root_names(s_tir.Schedule(func)):
+        if block.startswith("T_concat"):
+            assert block in root, f"{block} was attached to a pool's loops"
+
+
+def _root_names(sch):
+    from tvm_pool.schedules import analysis  # pylint: disable=import-outside-toplevel
+
+    return [sch.get(rv).name_hint for rv in analysis.root_blocks(sch)]
+
+
+def _check_fusion_graphs(seeds):
+    """tests/fusion_graphs.py's random graphs (BN, Relu, Clip, Add with a branch, Concat, two
+    pools, Indices, float16, ...) lowered as one model; every fused PrimFunc the CUDA rule takes,
+    simulated, against its unscheduled self (tests/primfunc_check.py)."""
+    from fusion_graphs import random_graph, to_model  # pylint: disable=import-outside-toplevel
+    from primfunc_check import check_pairs, lower_unscheduled  # pylint: disable=import-outside-toplevel
+
+    graphs = [random_graph(s) for s in seeds]
+    mod = tvm_pool.from_onnx(to_model(graphs))
+    lowered = lower_unscheduled(mod, "llvm")
+    rule = cc.CheckedPool(simulate=True)
+    pairs = []
+    for gvar, func in lowered.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            sch = rule.apply(func, tvm.target.Target({"kind": "llvm"}), False)
+            if sch is not None:
+                pairs.append((gvar.name_hint, func, sch.mod["main"]))
+    assert pairs
+    with cc.bounds_checked():
+        report = check_pairs(pairs, "llvm")
+    assert not report.mismatches, "\n".join(str(m) for m in report.mismatches)
+    return report
+
+
+@pytest.mark.parametrize("first", [0, pytest.param(12, marks=pytest.mark.slow), pytest.param(24, marks=pytest.mark.slow)])
+def test_simulation_fusion_graphs(first):
+    report = _check_fusion_graphs(range(first, first + 12))
+    assert len(report.checked) >= 12
+
+
+def test_simulation_symbolic_adaptive():
+    """A runtime output size: planes bound, the symbolic output loops serial in each thread."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 3, 10, 7], "float32"))
+    size = relax.Var("size", relax.TensorType([2], "int64"))
+    with bb.function("main", [x, size]):
+        with bb.dataflow():
+            out = bb.emit_output(relax_ops.adaptive_avg_pool(bb, x, size))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    xs = [cc.data([1, 3, 10, 7], "float32"), np.array([3, 4], "int64")]
+    want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
+    got = cc.run_cpu(cc.simulate(mod), *xs)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the rule's plumbing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rules_for_cuda_targets():
+    for arch in cc.ARCHS:
+        (rule,) = rules_for(tvm.target.Target({"kind": "cuda", "arch": arch}))
+        assert isinstance(rule, cuda.Pool)
+    assert not any(isinstance(r, cuda.Pool) for r in rules_for(tvm.target.Target({"kind": "llvm"})))
+    assert rules_for(tvm.target.Target({"kind": "vulkan"})) == []  # a GPU, not NVIDIA: TVM's rules
+
+
+def test_rule_declines_what_it_does_not_understand():
+    a = te.placeholder((4, 4), "float32")
+    func = te.create_prim_func([a, te.compute((4, 4), lambda i, j: a[i, j] + 1)])
+    assert cuda.Pool().apply(func, tvm.target.Target(SM80), False) is None
+    x = te.placeholder((1, 2, 8, 8), "float32", name="x")
+    pool = te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])])
+    assert cuda.Pool().apply(pool, tvm.target.Target({"kind": "llvm"}), False) is None
+    assert cuda.Pool().apply(pool, tvm.target.Target(SM80), False) is not None
+
+
+def test_consumer_attachment_is_strict():
+    """A Concat reading the pool is never attached to the pool's loops; a finalize is."""
+    mod = module([1, 8, 14, 14], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1]),
+                 epilogue=lambda y, b: relax.op.concat([y, b], axis=1), branch=True)
+    funcs = cc.scheduled_funcs(mod, SM80)
+    (func,) = [f for name, f in funcs.items() if "max_pool" in name]
+    kernels = cc.launch_report(func)
+    assert len(kernels) == 2  # the pool, then the concat as its own kernel
+    mod = module([1, 8, 14, 14], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1]), epilogue=relax.op.nn.relu)
+    (func,) = [f for name, f in cc.scheduled_funcs(mod, SM80).items() if "avg_pool" in name]
+    assert len(cc.launch_report(func)) == 1  # sum, divide and relu in one kernel
+    assert 'scope="local"' in func.script()  # the sum stays in a register
+
+
+def test_meta_schedule_rules_registered_for_gpu_keys():
+    from tvm_pool.schedules import register_meta_schedule_rules  # pylint: disable=import-outside-toplevel
+
+    names = register_meta_schedule_rules()
+    for key in ("cpu", "cuda", "gpu"):
+        assert f"s_tir.meta_schedule.{key}.tvm_pool.max" in names
+        assert tvm.get_global_func(f"s_tir.meta_schedule.{key}.meta_schedule.pool_avg") is not None
+    x = te.placeholder((1, 16, 28, 28), "float32", name="x")
+    sch = s_tir.Schedule(te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])]))
+    with tvm.target.Target(SM80):
+        spaces = tvm.get_global_func("s_tir.meta_schedule.cuda.tvm_pool.max")(sch, sch.get_sblock("max_pool"))
+    assert len(spaces) == 2
+    assert all('thread="threadIdx.x"' in s.mod["main"].script() for s in spaces)
+
+
+def test_out_of_bounds_writes_are_caught():
+    """The write-bounds check the simulation runs is not vacuous: a block whose domain is wider
+    than the buffer it writes (what reverse_compute_at after a non-dividing split produced) is
+    named."""
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def widened(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(8):
+            with T.sblock("b"):
+                vi = T.axis.spatial(8, i)
+                b[vi] = a[vi % 4]
+
+    (problem,) = cc.out_of_bounds_writes(widened)
+    assert "b writes b axis 0 in [0, 7], size 4" in problem
+    x = te.placeholder((1, 4, 5, 7), "float32", name="x")
+    func = te.create_prim_func([x, *compute.max_pool(x, [4, 1], [3, 3], None, [3, 0, 0, 0], return_indices=True)])
+    assert cc.out_of_bounds_writes(cc.CheckedPool().apply(func, tvm.target.Target(SM80), False).mod["main"]) == []
+
+
+def test_shared_memory_fallback():
+    """A tile whose staging exceeds shared memory shrinks; the schedule stays valid."""
+    x = te.placeholder((1, 2, 64, 300), "float32", name="x")
+    func = te.create_prim_func([x, compute.max_pool(x, [16, 16], [1, 1], [2, 2], [0] * 4)])
+    sch = cuda.Pool().apply(func, tvm.target.Target(SM80), False)
+    assert sch is not None
+    assert cuda.shared_bytes(sch.mod["main"]) <= cuda.DEFAULT_SHARED_BYTES
+
+
+def test_cli_compile_and_inspect_cuda(tmp_path, capsys):
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+    from tvm_pool.demo_model import demo_model  # pylint: disable=import-outside-toplevel
+
+    model, _ = demo_model()
+
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model, path)
+    assert cli.main(["inspect", str(path), "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("schedule:  cuda.Pool") == 4, out
+    assert cli.main(["-q", "compile", str(path), "--target", "cuda", "-o", str(tmp_path / "cnn_cuda.so")]) == 0
+    assert (tmp_path / "cnn_cuda.so").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA builds: VerifyGPUCode, ptxas, launch shapes, DRAM bytes
+# ---------------------------------------------------------------------------------------------
+
+# Real-network shapes (the benchmark's, batch 1) plus the edge geometries.
+WORKLOADS = [
+    ("resnet_maxpool", [1, 64, 112, 112], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1])),
+    ("resnet_gap", [1, 2048, 7, 7], "float32", glob("avg")),
+    ("vgg_maxpool", [1, 128, 112, 112], "float32", maxp([2, 2], [2, 2])),
+    ("inception_maxpool", [1, 192, 28, 28], "float32", maxp([3, 3], [1, 1], [1, 1, 1, 1])),
+    ("inception_ceil", [1, 64, 111, 111], "float32", maxp([3, 3], [2, 2], ceil=True)),
+    ("densenet_avgpool", [1, 128, 56, 56], "float32", avgp([2, 2], [2, 2])),
+    ("avgpool_pad", [1, 256, 28, 28], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1])),
+    ("video3d_maxpool", [1, 64, 16, 56, 56], "float32", maxp([3, 3, 3], [2, 2, 2], [1, 1, 1, 1, 1, 1])),
+    ("audio1d_maxpool", [1, 128, 16000], "float32", maxp([4], [4])),
+    ("maxpool_indices", [1, 64, 112, 112], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True)),
+    ("maxpool_int8", [1, 64, 112, 112], "int8", maxp([3, 3], [2, 2], [1, 1, 1, 1])),
+    ("maxpool_fp16", [1, 64, 112, 112], "float16", maxp([3, 3], [2, 2], [1, 1, 1, 1])),
+    ("maxpool_bf16_indices", [1, 64, 56, 56], "bfloat16", maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True)),
+    ("global_avg_large", [1, 512, 32, 32], "float32", glob("avg")),
+    ("global_max_large", [1, 512, 32, 32], "float32", glob("max")),
+    ("adaptive_avg", [1, 256, 13, 13], "float32", adaptive_avg([6, 6])),
+    ("trt_blend_int8", [1, 64, 56, 56], "int8", trt("MAX_AVERAGE_BLEND", [3, 3], [2, 2], [1, 1], [1, 1], blend=0.5)),
+    ("lp2_fp16", [1, 64, 56, 56], "float16", lpp([3, 3], [2, 2], [1, 1, 1, 1], 2.0)),
+    ("fused_relu_pool_add", [1, 64, 112, 112], "float32", None),
+]
+
+
+# Ideal-cache DRAM bytes over the minimum: 1.0 (one kernel, input read once, output written
+# once) except where a stage stays its own kernel: bfloat16 argmax widens to float32 first.
+# (TensorRT's blend joins two reductions, max and sum: one kernel computes both and blends.)
+DRAM_ALLOWANCE = {"maxpool_bf16_indices": 2.8}
+
+
+def _workload_module(name, shape, dtype, emit):
+    if emit is None:  # Relu -> MaxPool -> Add(branch)
+        return module(shape, dtype, maxp([3, 3], [2, 2], [1, 1, 1, 1]), epilogue=relax.op.add,
+                      prologue=relax.op.nn.relu, branch=True)
+    return module(shape, dtype, emit)
+
+
+def _pool_funcs(build):
+    return {n: f for n, f in build.scheduled.items() if "tvm_pool" in n or "fused" in n}
+
+
+def test_builds_verify_gpu_code_and_launch_shapes():
+    """Every workload builds for sm_80 through tvm_pool.compile; every kernel passes
+    VerifyGPUCode; window pools launch at most one thread per output (two outputs per thread
+    on large outputs), every block a multiple of 32 threads; DRAM bytes near the minimum."""
+    rows = []
+    for name, shape, dtype, emit in WORKLOADS:
+        build = cc.cuda_build(_workload_module(name, shape, dtype, emit), "sm_80")
+        verdict = cc.verify_gpu(build)
+        assert verdict and all(verdict.values()), (name, verdict)
+        funcs = _pool_funcs(build)
+        assert funcs, name
+        for fname, func in funcs.items():
+            kernels = cc.launch_report(func)
+            assert kernels, (name, fname)
+            for k in kernels:
+                assert k["threads_per_block"] % 32 == 0, (name, k)
+            moved = sum(k["bytes_read"] + k["bytes_written"] for k in kernels)
+            minimum = cc.min_bytes(func)
+            pool_kernel = max(kernels, key=lambda k: k["bytes_read"])
+            ratio = pool_kernel["threads"] / max(pool_kernel["elements_written"], 1)
+            rows.append((name, len(kernels), pool_kernel["threads_per_block"], ratio, moved / minimum))
+    print("\nworkload | kernels | threads/block | threads per output | DRAM bytes / minimum")
+    for r in rows:
+        print(f"{r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f}")
+    for name, _, _, ratio, dram in rows:
+        if "global" not in name and "gap" not in name:  # global pools: a warp per plane
+            assert ratio <= 1.0, name
+        assert dram <= DRAM_ALLOWANCE.get(name, 1.0 + 1e-9), name
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_ptxas_workloads():
+    """ptxas -v on every workload's kernels for sm_80: no spills, no stack frame (registers
+    and shared memory printed with -s). (Every op's kernels get the same check by default in
+    test_every_case_builds_for_arch; this one names the workload of each kernel.)"""
+    sources = [cc.cuda_build(_workload_module(*w), "sm_80").source for w in WORKLOADS]
+    rows = cc.ptxas_report(sources, archs=["sm_80"])
+    assert len(rows) >= len(WORKLOADS)
+    print("\nworkload | kernel | registers | smem bytes | spill stores/loads")
+    for r in rows:
+        print(f"{WORKLOADS[r['source']][0]} | {r['kernel']} | {r['registers']} | {r['smem']} | "
+              f"{r['spill_stores']}/{r['spill_loads']}")
+    bad = [r for r in rows if r["spill_stores"] or r["spill_loads"] or r["stack"]]
+    assert not bad, bad
+
+
+def batch_module(cases):
+    """One Relax function pooling every case (one input each, a tuple of every output): one
+    build, one CUDA source, one nvcc run."""
+    bb = relax.BlockBuilder()
+    params, outs = [], []
+    with bb.function("main"):
+        with bb.dataflow():
+            for i, (shape, dtype, emit) in enumerate(cases):
+                x = relax.Var(f"x{i}", relax.TensorType(shape, dtype))
+                params.append(x)
+                outs.append(emit(bb, x))
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out, params=params)
+    return bb.get()
+
+
+def every_case():
+    cases = [(shape, dtype, emit) for _, shape, dtype, emit, _ in CASES]
+    for dtype in DTYPES:
+        cases += [(shape, dtype, emit) for shape, emit in dtype_cases(dtype)]
+    cases += [([2, 3, 11, 13], dt, maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True)) for dt in ("float16", "bfloat16")]
+    return cases
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=[] if a == "sm_80" else [pytest.mark.slow]) for a in cc.ARCHS])
+def test_every_case_builds_for_arch(arch):
+    """Every case above (ops, dtypes, edge geometries) builds for the arch, no scheduled block
+    writes outside its buffer, every kernel passes VerifyGPUCode and, with nvcc, ptxas shows no spills and no stack frame. (sm_80 by default;
+    sm_75 and sm_90 with -m slow: the same TIR, only the code generation differs.)"""
+    build = cc.cuda_build(batch_module(every_case()), arch)
+    for name, func in build.scheduled.items():
+        assert not cc.out_of_bounds_writes(func), name
+    verdict = cc.verify_gpu(build)
+    assert len(verdict) >= len(every_case()) and all(verdict.values()), [k for k, v in verdict.items() if not v]
+    if cc.have_nvcc():
+        rows = cc.ptxas_report([build.source], archs=[arch])
+        assert len(rows) == len(verdict)
+        bad = [r for r in rows if r["spill_stores"] or r["spill_loads"] or r["stack"]]
+        assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(16))
+def test_simulation_random(seed):
+    """Random geometries (rank 1-3, dilations, ceil, pads) for max (with indices) and average."""
+    rng = np.random.default_rng(500 + seed)
+    rank = 1 + seed % 3
+    k = [int(v) for v in rng.integers(1, 5, rank)]
+    s = [int(v) for v in rng.integers(1, 3, rank)]
+    d = [int(v) for v in rng.integers(1, 3, rank)]
+    p = [int(rng.integers(0, kk)) for kk in k] + [int(rng.integers(0, kk)) for kk in k]
+    low = max((kk - 1) * dd + 1 for kk, dd in zip(k, d))  # every window fits the data
+    shape = [1, int(rng.integers(1, 4))] + [int(v) for v in rng.integers(low, low + 12, rank)]
+    ceil = bool(rng.integers(0, 2))
+    dtype = DTYPES[seed % len(DTYPES)]
+    check_simulation(module(shape, dtype, maxp(k, s, p, d, ceil)))
+    check_simulation(module(shape, "float32", maxp(k, s, p, d, ceil, return_indices=True)))
+    check_simulation(module(shape, "float32", avgp(k, s, p, d, ceil, cip=bool(seed % 2))))
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU
+# ---------------------------------------------------------------------------------------------
+
+
+def _cuda_device():
+    try:
+        return tvm.cuda(0).exist
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_device(), reason="no CUDA device on this machine (tvm.cuda(0) does not exist)")
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_gpu_matches_unscheduled_cpu(case):
+    """On the device: every op against the unscheduled CPU build (itself tested against
+    onnxruntime and onnx.reference elsewhere)."""
+    _, shape, dtype, emit, exact = case
+    mod = module(shape, dtype, emit)
+    xs = inputs_for(mod, nan=True)
+    want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
+    ex = tvm_pool.compile(mod, target=cc.gpu_target("sm_80"))
+    dev = tvm.cuda(0)
+    vm = relax.VirtualMachine(ex, dev)
+    out = vm["main"](*[tvm.runtime.tensor(x, dev) for x in xs])
+    got = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    for g, w in zip(got, want):
+        if exact and g.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g.astype("float32"), w.astype("float32"), rtol=1e-5, atol=1e-5)
