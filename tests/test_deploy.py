@@ -52,16 +52,14 @@ RUNTIME_ONLY_RUNNER = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module")
-def artifact_so(tmp_path_factory):
+def compile_demo(root: Path, *target_args: str):
     """The demo CNN compiled by `tvm-pool compile` (in a subprocess), its inputs and ORT's outputs."""
-    root = tmp_path_factory.mktemp("deploy")
     model, inputs = demo_model(seed=3)
     onnx.save(model, root / "cnn.onnx")
     np.savez(root / "inputs.npz", **inputs)
-    so = root / "cnn.so"
+    so = root / ("cnn.so" if not target_args else "cnn_" + target_args[-1] + ".so")
     result = subprocess.run(
-        [sys.executable, "-m", "tvm_pool.cli", "-q", "compile", str(root / "cnn.onnx"), "-o", str(so)],
+        [sys.executable, "-m", "tvm_pool.cli", "-q", "compile", str(root / "cnn.onnx"), *target_args, "-o", str(so)],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -69,6 +67,11 @@ def artifact_so(tmp_path_factory):
     names = [o.name for o in model.graph.output]
     want = dict(zip(names, session.run(names, inputs)))
     return root, so, inputs, want
+
+
+@pytest.fixture(scope="module")
+def artifact_so(tmp_path_factory):
+    return compile_demo(tmp_path_factory.mktemp("deploy"))
 
 
 def assert_matches(got: dict, want: dict):
@@ -138,8 +141,8 @@ def cpp_binary(tmp_path_factory):
     return binary
 
 
-def test_cpp_example_builds_and_matches_onnxruntime(artifact_so, cpp_binary):
-    root, so, inputs, want = artifact_so
+def run_cpp_example(command: list, so, root: Path, inputs: dict, want: dict, timeout: float = 120):
+    """Run the C++ example (``command`` + [so, in_dir, out_dir]) on raw .bin files, check ORT's outputs."""
     in_dir, out_dir = root / "cpp_in", root / "cpp_out"
     in_dir.mkdir(exist_ok=True)
     out_dir.mkdir(exist_ok=True)
@@ -147,7 +150,7 @@ def test_cpp_example_builds_and_matches_onnxruntime(artifact_so, cpp_binary):
         value.tofile(in_dir / f"{name}.bin")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
     result = subprocess.run(
-        [str(cpp_binary), str(so), str(in_dir), str(out_dir)], capture_output=True, text=True, timeout=120, env=env
+        [*map(str, command), str(so), str(in_dir), str(out_dir)], capture_output=True, text=True, timeout=timeout, env=env
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "output pool1_indices: int64[1, 8, 16, 16]" in result.stdout
@@ -155,6 +158,11 @@ def test_cpp_example_builds_and_matches_onnxruntime(artifact_so, cpp_binary):
         name: np.fromfile(out_dir / f"{name}.bin", dtype=ref.dtype).reshape(ref.shape) for name, ref in want.items()
     }
     assert_matches(got, want)
+
+
+def test_cpp_example_builds_and_matches_onnxruntime(artifact_so, cpp_binary):
+    root, so, inputs, want = artifact_so
+    run_cpp_example([cpp_binary], so, root, inputs, want)
 
 
 def test_cpp_binary_links_only_the_runtime(cpp_binary):
