@@ -5,12 +5,14 @@ set (``tvm_pool.kind``, see tvm_pool/compute/common.py) and TOPI's ``meta_schedu
 
 Layout: one module per target family, each with one dlight-style rule:
 
-- :mod:`.x86`   x86-64 CPUs (AVX2 / AVX-512 from the target's mcpu)       -- implemented
-- ``arm.py``    aarch64 (NEON / SVE)                                       -- extension point
-- :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)    -- implemented
+- :mod:`.cpu`   the CPU rule, shared by every CPU family (target-neutral)
+- :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths from the target's mcpu/mattr -- implemented
+- :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16              -- implemented
+- :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)         -- implemented
 
-To add a target: write ``<family>.py`` with a ``ScheduleRule`` subclass and add it to
-:data:`_FAMILIES` below (a predicate on the target plus the rule factory). :mod:`.meta_schedule`
+To add a CPU: write ``<family>.py`` with its :class:`.cpu.CpuFamily` facts and a
+:class:`.cpu.Pool` subclass; another kind of target: a ``ScheduleRule`` of its own. Then add it
+to :data:`_FAMILIES` below (a predicate on the target plus the rule factory). :mod:`.meta_schedule`
 registers the same schedules as MetaSchedule custom rules (block annotation ``schedule_rule``).
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight
 
-from . import cuda, x86
+from . import arm, cuda, x86
 
 
 def _x86_rules(target):
@@ -33,13 +35,13 @@ def _cuda_rules(target):
 # (predicate on the target, rules factory), first match wins.
 _FAMILIES = [
     (x86.is_x86, _x86_rules),
-    # (arm.is_arm, lambda t: [arm.Pool()]),     # aarch64: schedules/arm.py
+    (arm.is_arm, lambda t: [arm.Pool()]),
     (cuda.is_cuda, _cuda_rules),
 ]
 
 
 def rules_for(target: tvm.target.Target) -> list:
-    """The dlight-style schedule rules for ``target`` (x86 and CUDA; aarch64 later)."""
+    """The dlight-style schedule rules for ``target`` (x86, aarch64 and CUDA)."""
     for matches, rules in _FAMILIES:
         if matches(target):
             return rules(target)

@@ -60,7 +60,7 @@ from tvm.s_tir.dlight import ScheduleRule
 from tvm.target import Target
 
 from . import analysis
-from .x86 import _loop_extent as _extent, _product  # pylint: disable=protected-access
+from .cpu import _loop_extent as _extent, _product  # pylint: disable=protected-access
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""The same schedules as MetaSchedule custom rules (CPU under key ``cpu``, CUDA under ``cuda``
-and ``gpu``).
+"""The same schedules as MetaSchedule custom rules (CPU under keys ``cpu`` and ``arm_cpu``, CUDA
+under ``cuda`` and ``gpu``).
 
 MetaSchedule's ``ApplyCustomRule`` reads a block's ``schedule_rule`` annotation and calls the
 global function ``s_tir.meta_schedule.<target key>.<annotation>`` (target key ``cpu`` for llvm)
 with ``(schedule, block)``; it must return a list of schedules (the design space). tvm_pool's
 blocks are annotated ``tvm_pool.<kind>``; TOPI's ``meta_schedule.pool_max`` / ``pool_avg``.
 
-Each registered rule schedules a window-reduction block with :func:`.x86.schedule_block` and
+Each registered rule schedules a window-reduction block with :func:`.cpu.schedule_block` and
 returns one schedule per vector-tile choice (a small design space tuning can start from);
 elementwise stages (``*_finalize``, the first passes of a separable reduction) return the
 schedule unchanged: the reduction's rule (its last pass's, for a separable one) places them.
@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from . import analysis, cuda, x86
+from . import analysis, cpu, cuda
 
 CPU_KINDS = (
     "max", "max_index", "avg_sum", "lp_sum",
@@ -30,7 +30,9 @@ ELEMENTWISE_KINDS = (
     "max_index_finalize", "avg_finalize", "lp_finalize",
     "adaptive_max_index_finalize", "adaptive_avg_finalize", "trt_finalize",
 )
-_PREFIX = "s_tir.meta_schedule.cpu."
+# MetaSchedule looks the rule up under each key of the target: "cpu" for x86, "arm_cpu" (then
+# "cpu") for aarch64. The same functions serve both: the family comes from Target.current().
+CPU_KEYS = ("cpu", "arm_cpu")
 # MetaSchedule tries the target's keys in order: a cuda target has keys ("cuda", "gpu").
 GPU_KEYS = ("cuda", "gpu")
 
@@ -42,13 +44,13 @@ def _cpu_rule(sch: s_tir.Schedule, block) -> list:
     if chain is None and not analysis.is_reduction(sch.get(block)):
         return [sch]
     spaces = []
-    for level in (x86.FULL, x86.NO_VECTOR):
+    for level in (cpu.FULL, cpu.NO_VECTOR):
         candidate = sch.copy()
         try:
             if chain is not None:  # the last pass of a separable reduction schedules its chain
-                x86.schedule_pass_chain(candidate, chain, target, level)  # rvs survive copy()
+                cpu.schedule_pass_chain(candidate, chain, target, level)  # rvs survive copy()
             else:
-                x86.schedule_block(candidate, block, target, level)
+                cpu.schedule_block(candidate, block, target, level)
         except (Exception,):
             continue
         spaces.append(candidate)
@@ -88,7 +90,8 @@ def register() -> list[str]:
     if _registered:
         return list(_registered)
     names = []
-    for prefix, rule in [(_PREFIX, _cpu_rule)] + [(f"s_tir.meta_schedule.{key}.", _cuda_rule) for key in GPU_KEYS]:
+    keys = [(key, _cpu_rule) for key in CPU_KEYS] + [(key, _cuda_rule) for key in GPU_KEYS]
+    for prefix, rule in [(f"s_tir.meta_schedule.{key}.", fn) for key, fn in keys]:
         reductions = [f"{prefix}tvm_pool.{k}" for k in CPU_KINDS]
         reductions += [prefix + r for r in analysis.TOPI_POOL_RULES]
         for name in reductions:

@@ -1,78 +1,19 @@
-"""x86-64 CPU schedule for pooling (AVX2 / AVX-512 picked from the target's mcpu/mattr).
+"""x86-64 CPUs: the facts the shared CPU schedule (:mod:`.cpu`) needs.
 
-One rule, :class:`Pool`, for every tvm_pool pooling PrimFunc (max, max with indices, average,
-Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. Two shapes of compute
-reach it:
-
-* **separable passes** (``tvm_pool.pass_axis`` blocks, see ``compute.pool.separable``): the
-  overlapping and single-axis windows, reduced one axis at a time. :func:`schedule_pass_chain`
-  runs planes in parallel, each pass at the loop of the axis it reduces, every pass row as one
-  TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large).
-  This is where the speed of the common pools (3x3 stride 1 and 2, global average, 3-D, 1-D)
-  comes from.
-  Small non-overlapping max windows (2x2 s2, 3x3 s3, 2x2x2 s2) come as a one-pass chain too:
-  one expression of every tap (``compute.pool.few_taps``), whose output row LLVM vectorises.
-* **window reductions** (a block with reduction iterators: indices, non-overlapping sums,
-  adaptive, symbolic sizes, long strided windows) with loops ``[lead..., out..., r...]``:
-
-  1. elementwise producers (relu before the pool, ...) are inlined into it; the padded copy
-     (block kind ``pad``) is not: it is computed per plane (or row) at the parallel loop;
-  2. padded value reductions (static shapes) take :func:`_schedule_vector_rows`: planes in
-     parallel, a vector tile of outputs in registers (``cache_write`` to ``local``), window
-     taps unrolled, TVM ``vectorize`` on the tile, except for strided 8-bit taps;
-  3. everything else takes the row schedule: outer axes fused into one parallel loop, taps
-     unrolled, the innermost output loop left to LLVM's vectoriser;
-  4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop, but only
-     those pointwise over the pool's output (``analysis.is_pointwise_over``): a Concat of the
-     pool with other branches, a second pool or an Add of two pools stays its own loop nest
-     (attached, it would be computed for the pool's part of its domain only), parallelised
-     on its own when large (``_parallelize_rest``);
-  5. symbolic extents (runtime sizes) only parallelise the leading static loops: fusing
-     symbolic loops sends TVM 0.27's simplifier into a loop that does not end on these
-     reductions;
-  6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds
-     on the int64 loops Relax produces (a build error for windows that touch padding).
-
-The choices come from the benchmark in ``bench/`` (see the README's table); the constants
-below say what was measured. Every step is tried at the full level first; a PrimFunc a step
-cannot handle falls back to a lower level (no vectorisation, then parallel only), so a rule
-failure never fails a build. The same functions schedule one block inside a MetaSchedule
-schedule, which :mod:`.meta_schedule` registers as the custom rule.
+AVX-512 / AVX2 / SSE register widths from the target's mcpu/mattr. The schedule itself (one
+dlight rule for every pooling PrimFunc, fused or not) is :mod:`.cpu`, shared with aarch64.
 """
 
 from __future__ import annotations
 
-import logging
-
 import tvm
-from tvm import s_tir, tirx
-from tvm.s_tir.dlight import ScheduleRule
-from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
-from . import analysis
+from . import cpu
+from .cpu import FULL, NO_VECTOR, PARALLEL_ONLY, choose_lanes, schedule_block, schedule_function, schedule_pass_chain
 
-logger = logging.getLogger(__name__)
-
-# Levels of a schedule, best first; a level that fails falls back to the next.
-FULL, NO_VECTOR, PARALLEL_ONLY = 2, 1, 0
-
-
-def _enable_isnan_vectorization() -> None:
-    """tvm_pool's float max reducer uses ``isnan`` (NaN propagates); TVM 0.27 does not mark the
-    ``tirx.isnan`` op vectorizable, so VectorizeLoop scalarises every float max loop. isnan is
-    a pure elementwise op and LLVM lowers vector isnan (fcmp uno) fine; mark it."""
-    op = tvm.ir.Op.get("tirx.isnan")
-    if not op.get_attr("TVectorizable"):
-        op.set_attr("TVectorizable", True)
-
-
-_enable_isnan_vectorization()
-
-
-# --------------------------------------------------------------------------------------------
-# Target facts
-# --------------------------------------------------------------------------------------------
+__all__ = ["FAMILY", "Pool", "is_x86", "vector_bits", "FULL", "NO_VECTOR", "PARALLEL_ONLY", "choose_lanes",
+           "schedule_block", "schedule_function", "schedule_pass_chain"]
 
 
 def is_x86(target: Target) -> bool:
@@ -81,8 +22,8 @@ def is_x86(target: Target) -> bool:
     triple = str(target.attrs.get("mtriple", "") or "")
     if triple:
         return triple.startswith(("x86_64", "i686", "i386", "x86"))
-    cpu = str(target.attrs.get("mcpu", "") or "")
-    if cpu.startswith(("cortex", "apple", "neoverse", "carmel", "kryo", "thunderx")):
+    cpu_name = str(target.attrs.get("mcpu", "") or "")
+    if cpu_name.startswith(("cortex", "apple", "neoverse", "carmel", "kryo", "thunderx")):
         return False
     try:
         return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
@@ -90,8 +31,8 @@ def is_x86(target: Target) -> bool:
         return True
 
 
-def vector_bits(target: Target) -> int:
-    """512 with AVX-512F, 256 with AVX2, else 128 (SSE)."""
+def vector_bits(target: Target, dtype: str = "float32") -> int:  # pylint: disable=unused-argument
+    """512 with AVX-512F, 256 with AVX2, else 128 (SSE), whatever the dtype."""
     has = tvm.target.codegen.target_has_features
     try:
         if has("avx512f", target):
@@ -103,376 +44,10 @@ def vector_bits(target: Target) -> int:
     return 128
 
 
-def num_threads(target: Target) -> int:
-    cores = target.attrs.get("num-cores", None)
-    return int(cores) if cores else 1
+FAMILY = cpu.register_family(cpu.CpuFamily("x86", is_x86, vector_bits))
 
 
-def _dtype_bits(dtype: str) -> int:
-    dt = tvm.runtime.DataType(dtype)
-    return dt.bits
+class Pool(cpu.Pool):
+    """The shared CPU rule on x86 targets."""
 
-
-# --------------------------------------------------------------------------------------------
-# The rule
-# --------------------------------------------------------------------------------------------
-
-
-class Pool(ScheduleRule):
-    """dlight rule: schedule every pooling PrimFunc (see the module docstring)."""
-
-    def is_target_available(self, target: Target) -> bool:
-        return is_x86(target)
-
-    def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):  # noqa: D102
-        if not isinstance(func, tirx.PrimFunc) or not is_x86(target):
-            return None
-        probe = s_tir.Schedule(func)
-        if not analysis.main_blocks(probe) and not analysis.pass_chains(probe):
-            return None
-        for level in (FULL, NO_VECTOR, PARALLEL_ONLY):
-            sch = s_tir.Schedule(func)
-            try:
-                schedule_function(sch, target, level)
-                return sch
-            except (Exception,) as err:
-                logger.debug("x86 pool schedule level %d failed: %s", level, err)
-        return None
-
-
-def schedule_function(sch: s_tir.Schedule, target: Target, level: int = FULL) -> None:
-    """Schedule every pooling reduction of the function in ``sch`` (and its fused blocks)."""
-    mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
-    _inline_producers(sch, mains, chains)  # the main blocks' and passes' rvs stay valid
-    for main in mains:
-        schedule_block(sch, main.rv, target, level)
-    for chain in chains:
-        schedule_pass_chain(sch, chain, target, level)
-    if level >= NO_VECTOR:
-        _parallelize_rest(sch, target)
-
-
-def _inline_producers(sch: s_tir.Schedule, mains, chains) -> None:
-    """Inline elementwise producers (relu before the pool, TOPI's pad_temp) into their readers,
-    and elementwise chains after a finalize stage into that stage (or into a separable
-    reduction's last pass) where they are pointwise over it (analysis.is_pointwise_over)."""
-    others = analysis.other_blocks(sch, mains, chains)
-    for rv in others:
-        kind = analysis.pool_kind(sch.get(rv))
-        if kind == "pad":
-            continue  # the padded copy is computed per plane/row, not inlined (see schedule_block)
-        if kind == "widen":
-            continue  # bfloat16 -> float32 ahead of an argmax: inlined, TVM's bf16 legalization breaks
-        try:
-            sch.compute_inline(rv)  # TVM checks that the block is injective: always exact
-        except (Exception,):
-            pass
-    for rv in reversed(analysis.other_blocks(sch, mains, chains)):  # what is left after inlining
-        if analysis.pool_kind(sch.get(rv)).endswith("_finalize"):
-            # a finalize (divide by the window count, ...) stays its own stage: inlined into a
-            # vectorised last pass, its per-output count arithmetic doubled the 3x3 s1 average's
-            # time; computed per row (schedule_pass_chain), LLVM vectorises it well
-            continue
-        inputs = analysis.producers_owned(sch, rv)
-        if len(inputs) != 1 or not analysis.is_pointwise_over(sch, rv, inputs):
-            continue  # a Concat, a second pool, ...: inlined it would lose iterations
-        try:
-            sch.reverse_compute_inline(rv)
-        except (Exception,):
-            pass
-
-
-def _parallelize_rest(sch: s_tir.Schedule, target: Target) -> None:
-    """Root blocks no pool claimed (a Concat of the pool with other branches, an Add of two
-    pools): data-parallel nests get their outer loops fused into one parallel loop, the
-    innermost left to LLVM's vectoriser. Anything else keeps its serial nest."""
-    for rv in analysis.root_blocks(sch):
-        block = sch.get(rv)
-        loops = sch.get_loops(rv)
-        if (
-            analysis.is_reduction(block)
-            or len(loops) != len(block.iter_vars)
-            or len(loops) < 2
-            or len(sch.get_child_blocks(loops[0])) != 1
-        ):
-            continue
-        out_bytes = analysis.region_bytes(block.writes[0]) if len(block.writes) == 1 else None
-        if out_bytes is None or out_bytes < _MIN_PARALLEL_BYTES or num_threads(target) < 2:
-            continue
-        try:
-            sch.parallel(sch.fuse(*loops[:-1]))
-        except (Exception,):
-            pass
-
-
-def choose_lanes(extent, dtype_bits: int, vbits: int) -> int:
-    """Lanes of the vector tile along an output axis of ``extent``: the widest divisor of the
-    extent up to one vector register (so no tail predicate), at least 4; 1 means scalar."""
-    if extent is None or extent < 4:
-        return 1
-    widest = max(vbits // max(dtype_bits, 8), 4)
-    for lanes in range(min(widest, extent), 3, -1):
-        if extent % lanes == 0:
-            return lanes
-    return 1
-
-
-def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL) -> None:
-    """Parallelise one window-reduction block and shape its loops for LLVM's vectoriser.
-
-    Loops ``[lead..., out..., r...]`` become::
-
-        parallel fused(lead)                      # batch x channels (x outer spatial if few)
-          for out[:-1]
-            consumers computed per row            # finalize / add / relu, vectorised by LLVM
-            for out[-1]                           # LLVM vectorises this loop
-              r... unrolled                       # window taps, straight-line code
-
-    TVM's own ``vectorize`` goes through Ramp loads, which LLVM scalarises for strided taps;
-    LLVM's loop vectoriser turns the same stride-s taps into interleaved loads + shuffles, so
-    the innermost output loop is left to it (measured: 3-10x faster than TVM Ramp vectors).
-    """
-    info = sch.get(block)
-    n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
-    loops = sch.get_loops(block)
-    if len(loops) != len(info.iter_vars):
-        raise ValueError("pool block is not a plain loop nest")
-    spatial, reduce_loops = list(loops[:n_spatial]), list(loops[n_spatial:])
-    extents = [analysis._extent(iv.dom) for iv in info.iter_vars]  # pylint: disable=protected-access
-    if any(e is None for e in extents):
-        # Symbolic extents (runtime output sizes, dynamic batch): fusing or splitting a symbolic
-        # loop puts symbolic floordiv/floormod into every index, and TVM 0.27's simplifier
-        # does not come back from that on these reductions. Parallelise the leading loops whose
-        # extents are known, fused, and leave the rest as they are.
-        static_lead = []
-        for loop, extent in zip(loops[:n_spatial], extents[:n_spatial]):
-            if extent is None:
-                break
-            static_lead.append(loop)
-        if static_lead:
-            sch.parallel(sch.fuse(*static_lead) if len(static_lead) > 1 else static_lead[0])
-        elif n_spatial > 1:
-            sch.parallel(loops[0])
-        return
-    rank = len(reduce_loops)
-    n_lead = max(n_spatial - rank, 0)
-    lead, out = spatial[:n_lead], spatial[n_lead:]
-    consumers = analysis.attachable_consumers(sch, block)
-    pads = [p for p in sch.get_producers(block) if analysis.pool_kind(sch.get(p)) == "pad"]
-    if level == FULL and len(info.writes) == 1 and lead and out and pads:
-        # Padded windows: the padded copy per plane makes every tap unconditional (below).
-        # Unpadded windows keep the row loops LLVM vectorises (measured faster there).
-        _schedule_vector_rows(sch, block, target, lead, out, reduce_loops, extents[n_spatial:], pads, consumers)
-        return
-
-    # 1. parallel over batch x channels x every output axis but the innermost.
-    par_loops = list(lead) + list(out[:-1])
-    rest = list(out[-1:])
-    if not par_loops and rest and (_loop_extent(sch, rest[0]) or 2) > 1:
-        par_loops, rest = rest, []
-    par = sch.fuse(*par_loops) if len(par_loops) > 1 else (par_loops[0] if par_loops else None)
-    if par is not None:
-        sch.parallel(par)
-    row = par  # consumers go per parallel chunk (one output row)
-
-    if level >= NO_VECTOR:
-        # 2. window taps unrolled when small.
-        taps = _product(extents[n_spatial:])
-        if taps is not None and taps <= _MAX_UNROLLED_ROW_TAPS:
-            for r in reduce_loops:
-                sch.unroll(r)
-        elif rest and reduce_loops and (_loop_extent(sch, rest[-1]) or 1) > 1 and _inner_read_stride(sch, block) == 1:
-            # large windows over contiguous taps: taps outside the output row, the row stays the
-            # inner loop (strided taps keep the tap loop inside: as the inner loop, the row
-            # would gather them)
-            sch.reorder(*reduce_loops, rest[-1])
-            sch.decompose_reduction(block, reduce_loops[0])
-
-    # 3. consumers (finalize, add, relu) at the row, so the intermediate stays a row in cache;
-    #    the padded copy (if any) is made per row too.
-    for c in consumers:
-        if row is not None:
-            sch.reverse_compute_at(c, row)
-    for p in pads:
-        if row is not None:
-            sch.compute_at(p, row)
-        else:
-            sch.compute_inline(p)
-
-
-def _inner_read_stride(sch, block):
-    """How far the first read moves per step of the innermost output axis (None: unknown)."""
-    info = sch.get(block)
-    n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
-    var = info.iter_vars[n_spatial - 1].var
-    index = info.reads[0].region[-1].min
-    coeffs = detect_linear_equation(index, [var])
-    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
-
-
-def _schedule_vector_rows(sch, block, target, lead, out, reduce_loops, reduce_extents, pads, consumers):
-    """The value-only window reduction (max / sum), static shapes::
-
-        parallel planes (batch x channels; rows too when planes are fewer than 4 per thread)
-          padded copy of the plane (or row)    # one bounds check per element, not per tap
-          for out[:-1]
-            for out[-1] / lanes                # a vector of outputs lives in registers
-              taps... (unrolled)               # contiguous or strided loads, no predicate
-                vector lanes
-            consumers (finalize, add, relu)
-    """
-    planes = _product([_loop_extent(sch, l) for l in lead]) or 1
-    par_loops = list(lead)
-    if planes < 4 * num_threads(target) and len(out) > 1:
-        par_loops += list(out[:-1])
-    par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
-    sch.parallel(par)
-    for p in pads:
-        sch.compute_at(p, par)
-    inner = out[-1]
-    dtype_bits = _dtype_bits(analysis.region_dtype(sch.get(block).writes[0]))
-    lanes = choose_lanes(_loop_extent(sch, inner), dtype_bits, vector_bits(target))
-    taps = _product(reduce_extents)
-    if lanes > 1 and _inner_read_stride(sch, block) != 1 and dtype_bits < 16:
-        # Strided 8-bit taps: TVM's vectorize gathers its 32-64 lanes one by one; LLVM's loop
-        # vectoriser does better with wide loads + shuffles, so the row stays a plain loop.
-        # (For 16/32-bit lanes the gathered vector still wins: measured in bench/.)
-        lanes = 1
-    if lanes > 1:
-        tile, lane = sch.split(inner, [None, lanes])
-        sch.reorder(tile, *reduce_loops, lane)
-        acc = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(acc, tile)
-        if taps is not None and taps <= _MAX_UNROLLED_TAPS:
-            for r in reduce_loops:
-                sch.unroll(r)
-        sch.vectorize(lane)
-        init = sch.decompose_reduction(block, reduce_loops[0])
-        sch.vectorize(sch.get_loops(init)[-1])
-        sch.vectorize(sch.get_loops(acc)[-1])
-    elif taps is not None and taps <= _MAX_UNROLLED_TAPS:
-        for r in reduce_loops:
-            sch.unroll(r)
-    for c in consumers:
-        sch.reverse_compute_at(c, par)
-
-
-_MAX_UNROLLED_TAPS = 64
-# The row schedule leaves the output row to LLVM's vectoriser; with more taps unrolled than this
-# it gathers them (1-D avg k64 s32, 1 thread: 2.9 ms unrolled, 1.3 ms as a loop).
-_MAX_UNROLLED_ROW_TAPS = 16
-# Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
-_MAX_VECTOR_ROW = 1024
-
-
-def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int = FULL) -> None:
-    """A separable window reduction (one elementwise pass per windowed axis)::
-
-        parallel planes (batch x channels; the outer output axis too when planes are few)
-          padded copy of the plane (small planes; large ones inline the bounds checks instead)
-          for out[axes[0]]
-            pass 0 over the padded rows it needs      # one vector row (TVM vectorize)
-            for out[axes[1]] ...                      # each pass at the loop of its axis
-              last pass, one vector row               # strided taps gather from a row in L1
-            consumers (finalize, add, relu) per row   # LLVM vectorises them
-
-    Measured on ResNet's 3x3 stride-2 stem (1 thread): 0.049 ms, against 0.27 ms for the
-    direct 9-tap reduction this replaces and 0.13 ms for onnxruntime."""
-    final = chain.passes[-1]
-    loops = sch.get_loops(final)
-    rank = chain.spatial_rank
-    source_bytes = analysis.region_bytes(sch.get(chain.passes[0]).reads[0])
-    lead, out = list(loops[: len(loops) - rank]), list(loops[len(loops) - rank :])
-    extents = [_loop_extent(sch, l) for l in loops]
-    if any(e is None for e in extents):
-        raise ValueError("separable passes need static shapes")
-    planes = _product(extents[: len(lead)]) or 1
-    par_loops = list(lead)
-    if planes < 4 * num_threads(target) and len(out) > 1:
-        par_loops.append(out[0])
-    if not par_loops:
-        par_loops = [out[0]]
-    par = sch.fuse(*par_loops) if len(par_loops) > 1 else par_loops[0]
-    if source_bytes is None or source_bytes >= _MIN_PARALLEL_BYTES:
-        sch.parallel(par)
-    loop_of_axis = {i: (par if out[i] in par_loops else out[i]) for i in range(rank)}
-    for block, axis in reversed(list(zip(chain.passes[:-1], chain.axes[:-1]))):
-        sch.compute_at(block, loop_of_axis[axis], preserve_unit_loops=True)
-    for p in sch.get_producers(chain.passes[0]):
-        if analysis.pool_kind(sch.get(p)) != "pad":
-            continue
-        pad_block = sch.get(p)
-        if any(analysis.region_dtype(r) == "bfloat16" for r in pad_block.reads):
-            # TVM 0.27's bfloat16 legalization turns a vectorised bf16 -> f32 widening inside
-            # if_then_else into a numeric uint16 cast: keep the widening copy per plane.
-            sch.compute_at(p, par)
-        elif _plane_bytes(pad_block, rank) <= _PLANE_COPY_BYTES:
-            # A small padded plane stays in L1: one copy per plane, then no bounds checks.
-            sch.compute_at(p, par)
-        else:
-            # A large one would not: the bounds checks go into the first pass's rows instead.
-            sch.compute_inline(p)
-    row = loop_of_axis[rank - 2] if rank > 1 else par
-    for c in analysis.attachable_consumers(sch, final):
-        sch.reverse_compute_at(c, row)
-    if level < FULL:
-        return
-    # Pass rows are TVM-vectorised whole. The last pass's strided taps then become gathers
-    # from a row in L1: faster than LLVM's vectoriser (shuffles) while the data is in cache
-    # (1 thread, 3x3 s2 on 112x112: 0.049 vs 0.076 ms; 3x3 s1 on 28x28: 0.035 vs 0.062 ms),
-    # not once it streams from DRAM, where the microcoded gathers compete with the loads of the
-    # next rows (batch 32, 2 threads, 4 interleaved runs each: median 4.1 vs 3.6 ms; DRAM
-    # timings on this machine vary by 2x run to run). Out-of-cache inputs keep LLVM's last pass.
-    # A single pass reads the data itself, not a row in L1: LLVM's vectoriser keeps it too.
-    gather_last = source_bytes is not None and source_bytes <= _IN_CACHE_BYTES and len(chain.passes) > 1
-    for block in chain.passes if gather_last else chain.passes[:-1]:
-        _vectorize_row(sch, sch.get_loops(block)[-1])
-
-
-# Smaller inputs run on one thread: waking and joining the workers costs more than the second
-# thread saves (ResNet's 2048x7x7 global average: 0.0104 ms on 2 threads, 0.0071 ms on one;
-# a 600 KB 3x3 pool still gains 1.7x from the second thread).
-_MIN_PARALLEL_BYTES = 512 * 1024
-
-# Inputs up to this size are treated as cache-resident (the last-level cache is 16-32 MB on
-# current x86 servers; a pooling benchmark or a network layer re-reads warm data).
-_IN_CACHE_BYTES = 16 * 1024 * 1024
-
-# Padded planes up to this size are copied per plane (L1 is 32-48 KB on current x86 cores).
-# Measured (1 thread): 28x28 3x3 s1 0.059 ms with the copy vs 0.24 ms with the checks inlined,
-# 56x56 3x3 s1 avg 0.039 vs 0.058; 112x112 3x3 s2 (51 KB) 0.118 vs 0.079.
-_PLANE_COPY_BYTES = 32 * 1024
-
-
-def _plane_bytes(block, rank: int) -> int:
-    extents = [analysis._extent(iv.dom) for iv in block.iter_vars[-rank:]]  # pylint: disable=protected-access
-    bits = _dtype_bits(analysis.region_dtype(block.writes[0]))
-    return (_product(extents) or 1 << 40) * bits // 8
-
-
-def _vectorize_row(sch, loop) -> None:
-    """TVM-vectorise a contiguous pass row: whole when it is short, else in equal chunks."""
-    extent = _loop_extent(sch, loop)
-    if extent is None or extent < 2:
-        return
-    if extent <= _MAX_VECTOR_ROW:
-        sch.vectorize(loop)
-        return
-    for chunk in range(512, 63, -1):
-        if extent % chunk == 0:
-            sch.vectorize(sch.split(loop, [None, chunk])[1])
-            return
-
-
-def _product(values):
-    total = 1
-    for v in values:
-        if v is None:
-            return None
-        total *= v
-    return total
-
-
-def _loop_extent(sch, loop):
-    ext = sch.get(loop).extent
-    return int(ext) if isinstance(ext, tirx.IntImm) else None
+    family = FAMILY

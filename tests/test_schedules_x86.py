@@ -107,8 +107,14 @@ def avg2d(k, s, p, ceil=False, cip=False):
 def test_rules_for_targets():
     assert rules_for(tvm.target.Target(AVX512))
     assert rules_for(tvm.target.Target(AVX2))
-    arm = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
-    assert rules_for(arm) == []
+    from tvm_pool.schedules import arm  # pylint: disable=import-outside-toplevel
+
+    aarch64 = tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"})
+    assert [type(r) for r in rules_for(aarch64)] == [arm.Pool]
+    assert [type(r) for r in rules_for(tvm.target.Target(AVX2))] == [x86.Pool]
+    from tvm_pool.schedules import cuda  # pylint: disable=import-outside-toplevel
+
+    assert [type(r) for r in rules_for(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))] == [cuda.Pool]
 
 
 def test_vector_bits():

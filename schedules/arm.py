@@ -1,0 +1,235 @@
+"""aarch64 CPUs: the facts the shared CPU schedule (:mod:`.cpu`) needs.
+
+A target is aarch64 when its mtriple says so (``aarch64-*``, ``arm64-*``) or it carries the
+``arm_cpu`` key. Vectors are 128-bit NEON (SVE is not used: its vector length is unknown at
+compile time and TVM 0.27's scalable vectorisation does not cover these reductions).
+
+- float32: 4 lanes; AArch64's FMAX returns NaN when either input is NaN, the semantics tvm_pool's
+  max has (``isnan`` select), and LLVM folds the select into it.
+- float16: with ``+fullfp16`` (Armv8.2-A, e.g. ``mcpu`` cortex-a76 / neoverse-n1) NEON computes
+  8 half lanes natively; without it LLVM widens each half to float32 (4 lanes a register), so the
+  tile is sized for that.
+- int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
+- bfloat16 arithmetic goes through float32 (4 lanes).
+
+Emulated instruction counts (``bench/arm_instructions.py``) are not hardware time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm.target import Target
+
+from . import cpu
+
+__all__ = ["FAMILY", "Pool", "is_arm", "has_fullfp16", "vector_bits", "use_fmax"]
+
+_AARCH64_TRIPLES = ("aarch64", "arm64")
+
+
+def is_arm(target: Target) -> bool:
+    if target.kind.name != "llvm":
+        return False
+    triple = str(target.attrs.get("mtriple", "") or "")
+    if triple:
+        return triple.startswith(_AARCH64_TRIPLES)
+    if "arm_cpu" in [str(k) for k in target.keys]:
+        return True
+    try:
+        return str(tvm.target.codegen.llvm_get_system_triple()).startswith(_AARCH64_TRIPLES)
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+def has_fullfp16(target: Target) -> bool:
+    """Does the target compute float16 natively (Armv8.2-A FEAT_FP16, LLVM ``+fullfp16``)?"""
+    mattr = [str(a) for a in (target.attrs.get("mattr", None) or [])]
+    if "+fullfp16" in mattr:
+        return True
+    if "-fullfp16" in mattr:
+        return False
+    try:
+        return bool(tvm.target.codegen.target_has_features("fullfp16", target))
+    except Exception:  # pylint: disable=broad-except
+        return False
+
+
+def vector_bits(target: Target, dtype: str = "float32") -> int:
+    """128-bit NEON; float16 without +fullfp16 is computed as float32, 4 lanes (64 bits of halves)."""
+    if dtype == "float16" and not has_fullfp16(target):
+        return 64
+    return 128
+
+
+# --------------------------------------------------------------------------------------------
+# NaN-propagating max as FMAX
+# --------------------------------------------------------------------------------------------
+#
+# tvm_pool's computes write the NaN-propagating max target-neutrally (they are built when the
+# model is imported, before a target is known): ``Select(isnan(a) or isnan(b) ..., nan,
+# max(max(a, b), ...))`` for the taps of a window or pass, ``Select(a > b or isnan(a), a, b)``
+# for a reduction's combiner. x86 needs that (MAXPS does not propagate NaN). On AArch64 it is
+# one FMAX (``llvm.maximum``), and LLVM does not see it through the selects (measured: 3-4
+# vector instructions per tap instead of one). :func:`use_fmax` rewrites the PrimFunc's
+# TVMScript: TVM 0.27 exposes no TIR expression mutator to Python, and the round trip through
+# the printer and parser is exact. Only these two shapes are rewritten, each checked operand by
+# operand; anything else stays as it is.
+
+_SELECT = "T.Select("
+_FLOAT_NAN = re.compile(r'^T\.(float16|float32|float64)\("nan"\)$')
+
+
+def _split_args(text: str, start: int):
+    """(args, end) of the call whose '(' is at ``start - 1``: top-level comma-separated args."""
+    depth, args, cur, i, quote = 0, [], [], start, None
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+            cur.append(ch)
+        elif ch in "([{":
+            depth += 1
+            cur.append(ch)
+        elif ch in ")]}":
+            if depth == 0:
+                args.append("".join(cur).strip())
+                return args, i + 1
+            depth -= 1
+            cur.append(ch)
+        elif ch == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    raise ValueError("unbalanced call")
+
+
+def _call_args(expr: str, name: str):
+    """The args of ``expr`` when it is exactly one call ``name(...)``, else None."""
+    if not expr.startswith(name + "("):
+        return None
+    args, end = _split_args(expr, len(name) + 1)
+    return args if end == len(expr) else None
+
+
+def _max_leaves(expr: str):
+    args = _call_args(expr, "T.max")
+    if args is None or len(args) != 2:
+        return [expr]
+    return _max_leaves(args[0]) + _max_leaves(args[1])
+
+
+def _or_terms(expr: str):
+    """``a or b or c`` at the top level (TVMScript prints tirx.Or flat)."""
+    terms, depth, cur, i = [], 0, [], 0
+    while i < len(expr):
+        ch = expr[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if depth == 0 and expr.startswith(" or ", i):
+            terms.append("".join(cur).strip())
+            cur, i = [], i + 4
+            continue
+        cur.append(ch)
+        i += 1
+    terms.append("".join(cur).strip())
+    return terms
+
+
+def _maximum(dtype: str, leaves) -> str:
+    out = leaves[0]
+    for leaf in leaves[1:]:
+        out = f'T.call_llvm_pure_intrin("{dtype}", "llvm.maximum", {out}, {leaf})'
+    return out
+
+
+def _rewrite_select(args, dtype_of):
+    """The FMAX form of a NaN-propagating max Select, or None when ``args`` is not one."""
+    if len(args) != 3:
+        return None
+    cond, then, other = args
+    terms = _or_terms(cond)
+    nan = _FLOAT_NAN.match(then)
+    if nan:  # Select(isnan(a) or isnan(b) ..., nan, max(max(a, b), ...))
+        tested = [_call_args(t, "T.isnan") for t in terms]
+        if any(t is None or len(t) != 1 for t in tested):
+            return None
+        leaves = _max_leaves(other)
+        if [t[0] for t in tested] != leaves or len(leaves) < 2:
+            return None
+        return _maximum(nan.group(1), leaves)
+    # Select(a > b or isnan(a), a, b): a reduction's combiner
+    if len(terms) == 2 and terms[0] == f"{then} > {other}" and terms[1] == f"T.isnan({then})":
+        dtype = dtype_of(then)
+        return _maximum(dtype, [then, other]) if dtype else None
+    return None
+
+
+def _rewrite_text(text: str, dtype_of) -> tuple[str, int]:
+    out, i, count = [], 0, 0
+    while True:
+        j = text.find(_SELECT, i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out), count
+        args, end = _split_args(text, j + len(_SELECT))
+        new_args = []
+        for a in args:  # inner Selects first
+            rewritten, n = _rewrite_text(a, dtype_of)
+            new_args.append(rewritten)
+            count += n
+        replacement = _rewrite_select(new_args, dtype_of)
+        out.append(text[i:j])
+        if replacement is None:
+            out.append(_SELECT + ", ".join(new_args) + ")")
+        else:
+            out.append(replacement)
+            count += 1
+        i = end
+
+
+def use_fmax(func):
+    """``func`` with its NaN-propagating max Selects as ``llvm.maximum`` (AArch64 FMAX)."""
+    text = func.script()
+    if _SELECT not in text or "T.isnan" not in text:
+        return func
+    buffers = {}
+    for m in re.finditer(r"(\w+)(?:: | = )T\.(Buffer|sblock_alloc_buffer|alloc_buffer)\(", text):
+        args, _ = _split_args(text, m.end())
+        dtype = next((a.strip('"') for a in args[1:] if a.startswith('"')), None)
+        buffers[m.group(1)] = dtype or "float32"  # the printer leaves float32 out
+    def dtype_of(expr: str):
+        m = re.match(r"^(\w+)\[", expr)
+        return buffers.get(m.group(1)) if m else None
+
+    new_text, count = _rewrite_text(text, dtype_of)
+    if not count:
+        return func
+    try:
+        new = tvm.script.from_source(new_text)
+    except Exception:  # pylint: disable=broad-except
+        return func
+    return new.with_attrs(dict(func.attrs)) if func.attrs else new
+
+
+FAMILY = cpu.register_family(cpu.CpuFamily(
+    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4
+))
+
+
+class Pool(cpu.Pool):
+    """The shared CPU rule on aarch64 targets, on the function with its max as FMAX."""
+
+    family = FAMILY
+
+    def prepare(self, func):
+        return use_fmax(func)
