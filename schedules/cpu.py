@@ -15,8 +15,10 @@ reach it:
   TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large).
   This is where the speed of the common pools (3x3 stride 1 and 2, global average, 3-D, 1-D)
   comes from.
-* **window reductions** (a block with reduction iterators: indices, non-overlapping 2x2,
-  adaptive, symbolic sizes, long windows) with loops ``[lead..., out..., r...]``:
+  Small non-overlapping max windows (2x2 s2, 3x3 s3, 2x2x2 s2) come as a one-pass chain too:
+  one expression of every tap (``compute.pool.few_taps``), whose output row LLVM vectorises.
+* **window reductions** (a block with reduction iterators: indices, non-overlapping sums,
+  adaptive, symbolic sizes, long strided windows) with loops ``[lead..., out..., r...]``:
 
   1. elementwise producers (relu before the pool, ...) are inlined into it; the padded copy
      (block kind ``pad``) is not: it is computed per plane (or row) at the parallel loop;
@@ -25,7 +27,11 @@ reach it:
      taps unrolled, TVM ``vectorize`` on the tile, except for strided 8-bit taps;
   3. everything else takes the row schedule: outer axes fused into one parallel loop, taps
      unrolled, the innermost output loop left to LLVM's vectoriser;
-  4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop;
+  4. consumers (``*_finalize``, add, relu after) are computed at the parallel loop, but only
+     those pointwise over the pool's output (``analysis.is_pointwise_over``): a Concat of the
+     pool with other branches, a second pool or an Add of two pools stays its own loop nest
+     (attached, it would be computed for the pool's part of its domain only), parallelised
+     on its own when large (``_parallelize_rest``);
   5. symbolic extents (runtime sizes) only parallelise the leading static loops: fusing
      symbolic loops sends TVM 0.27's simplifier into a loop that does not end on these
      reductions;
