@@ -133,6 +133,11 @@ def cases():
               {"X": _input([1, 2, 3, 3], "float32", 19), "I": idx}, "ort"))
     x = _input([2, 3, 13, 10], "float32", 20)
     c.append(("adaptive_max", _custom("AdaptiveMaxPool", list(x.shape), ("Y", "I"), size=[4, 3]), {"X": x}, "ref"))
+    xn = x.copy()
+    xn[0, 1, 2, 3] = np.nan
+    c.append(("adaptive_max_values_nan", _custom("AdaptiveMaxPool", list(x.shape), ("Y",), size=[4, 3]), {"X": xn}, "ref"))
+    c.append(("maxpool_dilated_nan", pool_model("MaxPool", [2, 3, 13, 10], kernel_shape=[3, 3], strides=[2, 2], dilations=[2, 2]),
+              {"X": xn}, "ref"))
     c.append(("adaptive_avg", _custom("AdaptiveAvgPool", list(x.shape), ("Y",), size=[5, 4]), {"X": x}, "ref"))
     c.append(("tensorrt_blend", _custom("TensorRTPooling", list(x.shape), ("Y",), pooling_type="MAX_AVERAGE_BLEND", window_size=[3, 2],
                                         stride=[2, 2], pre_padding=[1, 0], post_padding=[2, 1], padding_mode="CAFFE_ROUND_UP",

@@ -428,7 +428,13 @@ def main(argv=None) -> int:
     t = sub.add_parser("rpc-stop", help="stop the RPC server started by rpc-start")
     t.add_argument("--port", type=int, default=9190)
     sub.add_parser("plugin", help="build the instruction-count plugin and print its path")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "run" in argv:  # everything after `run` goes to the device's Python, options included
+        at = argv.index("run")
+        args = parser.parse_args(argv[: at + 1])
+        args.args = argv[at + 1 :]
+    else:
+        args = parser.parse_args(argv)
     cache = Path(args.cache) if args.cache else None
     try:
         if args.cmd == "build":
