@@ -395,6 +395,7 @@ def rpc_stop(port: int = 9190, *, cache: Path | None = None) -> bool:
         return False
     pid = int(pidfile.read_text())
     pidfile.unlink()
+    (cache / "rpc" / f"server-{port}.log").unlink(missing_ok=True)
     try:
         os.killpg(pid, signal.SIGTERM)  # its own session: qemu and nothing else
     except ProcessLookupError:
