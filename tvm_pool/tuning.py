@@ -504,7 +504,7 @@ def _in_process_runner(evaluator_config):
     return InProcessRunner()
 
 
-def _parse_rpc(rpc):
+def rpc_config(rpc):
     """``{"tracker": "HOST:PORT", "key": KEY}`` or ``"HOST:PORT/KEY"`` -> RPCConfig."""
     from tvm.s_tir.meta_schedule.runner import RPCConfig  # pylint: disable=import-outside-toplevel
 
@@ -616,7 +616,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     builder = _in_process_builder(triple)
     evaluator = EvaluatorConfig(**EVALUATOR)
     if rpc:
-        runner = RPCRunner(rpc_config=_parse_rpc(rpc), evaluator_config=evaluator, max_workers=1)
+        runner = RPCRunner(rpc_config=rpc_config(rpc), evaluator_config=evaluator, max_workers=1)
     else:
         runner = _in_process_runner(evaluator)
     database = JSONDatabase(work_dir=log_dir)
