@@ -73,7 +73,7 @@ def squeezenet_path() -> str:
 
 def main(argv=None) -> int:
     try:  # pylint: disable=import-outside-toplevel
-        from tvm_pool.cli import demo_model
+        from tvm_pool.demo_model import demo_model
     except ImportError:  # the CLI as a package
         from tvm_pool.cli.demo import demo_model
 

@@ -292,3 +292,60 @@ def test_tune_through_the_rpc_tracker(tmp_path):
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# --------------------------------------------------------------------------------------------
+# tvm-pool tune / compile --tuning-log / inspect
+# --------------------------------------------------------------------------------------------
+
+
+def _pool_onnx(path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="pool")
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_cli_tune_compile_inspect(tmp_path, capsys):
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+
+    model = _pool_onnx(tmp_path / "pool.onnx")
+    log_dir = str(tmp_path / "log")
+    assert cli.main(["tune", model, "--trials", "0", "--log-dir", log_dir]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"wrote {log_dir}: 1 tasks (1 pooling)")
+    assert "[pool 1/1]" in err and "ETA" in err
+    assert cli.main(["-q", "compile", model, "-o", str(tmp_path / "pool.so"), "--tuning-log", log_dir]) == 0
+    assert cli.main(["inspect", model, "--tuning-log", log_dir, "--no-tuning-logs"]) == 0
+    out, _ = capsys.readouterr()
+    assert "tuning:" in out and log_dir in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "missing.onnx"], "missing.onnx"),
+        (["tune", "MODEL", "--trials", "-1"], "--trials must be >= 0"),
+        (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:9190"], "go together"),
+        (["tune", "MODEL", "--rpc-tracker", "nohost", "--rpc-key", "k"], "invalid RPC tracker"),
+        (["tune", "MODEL", "--log-dir", "/nonexistent/dir/log"], "does not exist"),
+        (["tune", "MODEL", "--target", "nonsense"], "unknown target"),
+        (["compile", "MODEL", "--tuning-log", "/nonexistent/log"], "not a directory"),
+    ],
+)
+def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+
+    model = _pool_onnx(tmp_path / "pool.onnx")
+    args = [model if a == "MODEL" else a for a in args]
+    if args[0] == "compile":
+        args += ["-o", str(tmp_path / "x.so")]
+    assert cli.main(args) == 2
+    out, err = capsys.readouterr()
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tvm-pool: error:") and message in lines[0], err
