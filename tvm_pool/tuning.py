@@ -466,8 +466,9 @@ def _in_process_builder(triple):
     return InProcessBuilder()
 
 
-def _in_process_runner(evaluator_config):
-    """A runner that loads and times each candidate in this process (see _in_process_builder)."""
+def _in_process_runner(evaluator_config, on_batch=None):
+    """A runner that loads and times each candidate in this process (see _in_process_builder).
+    ``on_batch(n)`` is called after each batch of ``n`` candidates is measured."""
     # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
@@ -499,6 +500,8 @@ def _in_process_runner(evaluator_config):
                     futures.append(done(RunnerResult([float(x) for x in secs], None)))
                 except Exception as err:  # pylint: disable=broad-except
                     futures.append(done(RunnerResult(None, f"InProcessRunner: {_short(err)}")))
+            if on_batch is not None:
+                on_batch(len(runner_inputs))
             return futures
 
     return InProcessRunner()
@@ -618,9 +621,25 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     if rpc:
         runner = RPCRunner(rpc_config=rpc_config(rpc), evaluator_config=evaluator, max_workers=1)
     else:
-        runner = _in_process_runner(evaluator)
+        runner = _in_process_runner(evaluator, on_batch=lambda n: _count(n))
     database = JSONDatabase(work_dir=log_dir)
     results: list[TaskResult] = []
+    # The gradient scheduler hands measured batches to the callbacks (the per-task progress
+    # lines) only when it joins a task, after its first round over every task; this line
+    # reports the search's measurements as they happen.
+    measuring = {"total": 0, "done": 0, "start": None}
+
+    def _count(n):
+        if measuring["start"] is None:
+            return  # pooling candidates: reported per task below
+        measuring["done"] += n
+        elapsed = time.time() - measuring["start"]
+        left = max(measuring["total"] - measuring["done"], 0)
+        say(
+            f"[search] {measuring['done']}/{measuring['total']} trials measured, {_fmt_secs(elapsed)} elapsed, "
+            f"ETA {_fmt_secs(elapsed / measuring['done'] * left)}"
+        )
+
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
 
     # 1. pooling tasks: every design-space point, measured.
@@ -660,7 +679,10 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
 
     # 2. every other task: evolutionary search.
     if search_tasks and trials > 0:
-        per_iter = trials_per_iter or max(4, min(64, trials // max(len(search_tasks), 1)))
+        # The first round gives every task one batch; half the budget, so the cost model and the
+        # gradient scheduler choose where the other half goes.
+        per_iter = trials_per_iter or max(4, min(64, trials // max(2 * len(search_tasks), 1)))
+        measuring.update(total=trials, start=time.time())
         contexts, weights = [], []
         for offset, (task, _) in enumerate(search_tasks):
             contexts.append(
