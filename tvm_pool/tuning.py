@@ -199,8 +199,10 @@ def _mean(run_secs) -> float:
 
 
 def read_log(log_dir: str) -> LogRecords:
-    """Parse a log directory line by line: good lines are kept, bad ones are listed."""
-    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+    """Read a log directory line by line: good lines are kept, bad ones are listed. Records stay
+    JSON (best first per workload) until used: parsing all of them (TVM's TuningRecord.from_json,
+    35 ms each here) made every compile with a shipped log 10 s slower."""
+    from tvm.s_tir.meta_schedule.database import Workload  # pylint: disable=import-outside-toplevel
 
     out = LogRecords(log_dir, read_meta(log_dir))
     wl_path, rec_path = os.path.join(log_dir, WORKLOAD_FILE), os.path.join(log_dir, RECORD_FILE)
@@ -217,25 +219,30 @@ def read_log(log_dir: str) -> LogRecords:
         workloads.append(workload)
     by_workload: dict[int, list] = {}
     for lineno, obj, err in _json_lines(rec_path):
-        record = None
         if err is None:
             try:
                 index = int(obj[0])
                 if not 0 <= index < len(workloads) or workloads[index] is None:
                     raise ValueError(f"workload {index} missing or corrupt")
-                record = TuningRecord.from_json(obj[1], workloads[index])
+                secs = _mean(obj[1][1])  # [trace, run_secs, target, args_info]
             except Exception as parse_err:  # pylint: disable=broad-except
                 err = parse_err
-        if record is None:
+        if err is not None:
             out.bad_lines.append(f"{rec_path}:{lineno} ({_short(err)})")
             continue
-        secs = _mean(record.run_secs)
         if secs < 1e9:  # MetaSchedule stores 1e10 for candidates that failed to build or run
-            by_workload.setdefault(index, []).append((secs, record))
+            by_workload.setdefault(index, []).append((secs, obj[1], f"{rec_path}:{lineno}"))
     for index, recs in by_workload.items():
         recs.sort(key=lambda r: r[0])
-        out.records.append((workloads[index], [r for _, r in recs]))
+        out.records.append((workloads[index], recs))
     return out
+
+
+def _parse_record(raw, workload):
+    """A TuningRecord from its JSON (raise on a corrupt one)."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord  # pylint: disable=import-outside-toplevel
+
+    return TuningRecord.from_json(raw, workload)
 
 
 def _short(err) -> str:
@@ -258,9 +265,12 @@ def _log_target_meta(logs: LogRecords) -> dict | None:
     if logs.meta is not None and logs.meta.get("family"):
         return logs.meta
     for _, records in logs.records:  # a log written by MetaSchedule alone: its records' target
-        for record in records:
-            if record.target is not None:
-                return describe_target(record.target)
+        for _, raw, _ in records:
+            try:
+                if raw[2] is not None:
+                    return describe_target(tvm.target.Target(raw[2]))
+            except Exception:  # pylint: disable=broad-except
+                continue
     return None
 
 
@@ -273,15 +283,42 @@ def load_logs(target, dirs=None, *, shipped: bool = True):
     return _load(target, dirs, shipped)[0]
 
 
-def _load(target, dirs, shipped):
-    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord  # pylint: disable=import-outside-toplevel
+_LOADED: dict = {}
 
+
+def _load(target, dirs, shipped):
+    """(database, {workload key: log dir}), cached per process on the logs' files and the
+    target's family and features; the warnings are given again on every call."""
     target = resolve_target(target)
     if isinstance(dirs, (str, os.PathLike)):
         dirs = [dirs]
     candidates = [(os.fspath(d), True) for d in (dirs or [])]
     if shipped:
         candidates.append((shipped_log_dir(target), False))
+    key = (
+        tuple((os.path.abspath(d), explicit, _stamp(d)) for d, explicit in candidates),
+        target_family(target),
+        tuple(target_features(target)),
+    )
+    if key not in _LOADED:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = _load_uncached(target, candidates)
+        _LOADED[key] = (loaded, [str(w.message) for w in caught if issubclass(w.category, TuningLogWarning)])
+    loaded, messages = _LOADED[key]
+    for message in messages:
+        _warn(message)
+    return loaded
+
+
+def _stamp(log_dir: str) -> tuple:
+    paths = [os.path.join(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
+    return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) if os.path.exists(p) else None for p in paths)
+
+
+def _load_uncached(target, candidates):
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord  # pylint: disable=import-outside-toplevel
+
     best: dict = {}  # structural key -> (secs, record)
     for log_dir, explicit in candidates:
         if not os.path.isdir(log_dir):
@@ -311,14 +348,22 @@ def _load(target, dirs, shipped):
             continue
         for workload, records in logs.records:
             key = tvm_ffi_key(workload.mod)
-            secs = _mean(records[0].run_secs)
-            if key in best and best[key][0] <= secs:
+            if key in best and best[key][0] <= records[0][0]:
                 continue
-            good = next((r for r in records if _replays(r)), None)
+            good = None
+            for secs, raw, where in records:
+                try:
+                    record = _parse_record(raw, workload)
+                except Exception as err:  # pylint: disable=broad-except
+                    _warn(f"tuning log {log_dir}: corrupt record skipped, the others are used: {where} ({_short(err)})")
+                    continue
+                if _replays(record):
+                    good = (secs, record)
+                    break
+                _warn(f"tuning log {log_dir}: a schedule that does not replay on its workload skipped: {where}")
             if good is None:
-                _warn(f"tuning log {log_dir}: no record of workload {_task_name(workload.mod)} replays; skipped")
                 continue
-            best[key] = (_mean(good.run_secs), good, log_dir)
+            best[key] = (good[0], good[1], log_dir)
     if not best:
         return None, {}
     database = MemoryDatabase()
@@ -331,11 +376,7 @@ def _load(target, dirs, shipped):
 
 
 def _read_cached(log_dir: str) -> LogRecords:
-    stamp = tuple(
-        os.stat(p).st_mtime_ns if os.path.exists(p) else 0
-        for p in (os.path.join(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE))
-    )
-    key = (os.path.abspath(log_dir), stamp)
+    key = (os.path.abspath(log_dir), _stamp(log_dir))
     if key not in _CACHE:
         _CACHE[key] = read_log(log_dir)
     return _CACHE[key]
