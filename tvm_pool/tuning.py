@@ -626,6 +626,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
 
     from . import lowering, schedules
     from .schedules import meta_schedule as ms_rules
+    from .schedules import x86
 
     # pylint: enable=import-outside-toplevel
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -644,7 +645,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     for task in tasks:
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
             continue
-        cands = ms_rules.pool_candidates(task.dispatched[0], target) if schedules.rules_for(target) else []
+        cands = ms_rules.pool_candidates(task.dispatched[0], target) if x86.is_x86(target) else []  # x86 design space
         (pool_tasks if cands else search_tasks).append((task, cands))
     say(
         f"tuning {source or 'model'} for {target_family(target)} ({target.attrs.get('mcpu', target.kind.name)}): "
