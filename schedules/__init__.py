@@ -61,3 +61,12 @@ def register_meta_schedule_rules() -> list[str]:
     from . import meta_schedule  # pylint: disable=import-outside-toplevel
 
     return meta_schedule.register()
+
+
+def tuning_record_for(target: tvm.target.Target, mod: tvm.IRModule, tuning_logs=None, shipped: bool = True):
+    """Which tuning record each PrimFunc of the Relax module ``mod`` gets (``inspect`` prints
+    it): "NAME: TIME ms, N-step schedule from DIR" per tuned function, None when none is."""
+    from .. import tuning  # pylint: disable=import-outside-toplevel
+
+    found = [f"{name}: {rec}" for name, rec in tuning.records_for(mod, target, tuning_logs, shipped=shipped) if rec != "none"]
+    return "; ".join(found) or None

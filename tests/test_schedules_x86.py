@@ -156,7 +156,9 @@ def test_meta_schedule_rule_returns_space(kernel, stride, pads):
     with tvm.target.Target(AVX512):
         spaces = rule(sch, sch.get_sblock("max_pool"))
     assert len(spaces) >= 1
-    assert all("T.parallel" in space.mod["main"].script() for space in spaces)
+    # the hand-written choice comes first and runs in parallel at this size; the design space
+    # (schedules/meta_schedule.py, KNOBS) also holds a one-thread variant for tuning to measure
+    assert "T.parallel" in spaces[0].mod["main"].script()
 
 
 def test_separable_passes_chosen():

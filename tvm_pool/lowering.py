@@ -132,16 +132,41 @@ def _is_default_schedule(p) -> bool:
     return p.info.name == "ApplyDefaultSchedule"
 
 
-def pipeline(target: tvm.target.Target, *, schedule: bool = True) -> tvm.transform.Pass:
-    """The Relax pipeline ``compile`` runs: TVM's own passes for the target, with tvm_pool's
-    legalization first and tvm_pool's schedules right after fusion (ahead of TVM's generic
-    dlight schedules, which then skip the PrimFuncs already scheduled)."""
+def fusion_passes(target: tvm.target.Target) -> list:
+    """The passes ``pipeline`` runs before scheduling: tvm_pool's legalization, TVM's library
+    dispatch and legalization up to fusion (FuseOps / FuseTIR). Tuning extracts its tasks from
+    the module these produce, so tuned workloads are the PrimFuncs ``compile`` schedules."""
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
     passes = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map())]
     passes += backend.library_dispatch_passes(target)
     passes += legalize[:first_default]
+    return passes
+
+
+def fuse(mod: tvm.IRModule, target) -> tvm.IRModule:
+    """``mod`` after :func:`fusion_passes`: the PrimFuncs tuning sees and compile schedules."""
+    target = resolve_target(target)
+    with target:
+        return tvm.transform.Sequential(fusion_passes(target))(mod)
+
+
+def pipeline(
+    target: tvm.target.Target, *, schedule: bool = True, database=None
+) -> tvm.transform.Pass:
+    """The Relax pipeline ``compile`` runs: TVM's own passes for the target, with tvm_pool's
+    legalization first and, right after fusion, the tuning records of ``database`` (a
+    MetaSchedule database, see :mod:`tvm_pool.tuning`) then tvm_pool's schedules (ahead of
+    TVM's generic dlight schedules, which then skip the PrimFuncs already scheduled)."""
+    backend = _backend(target)
+    legalize = list(backend.legalize_passes(target))
+    first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
+    passes = fusion_passes(target)
+    if database is not None:
+        # Tuned PrimFuncs get tirx.is_scheduled, so the dlight passes below leave them alone.
+        with target:  # the pass reads the current target when it is made
+            passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
     if schedule:
         passes += schedule_passes(target)
     passes += legalize[first_default:]
@@ -152,7 +177,10 @@ def pipeline(target: tvm.target.Target, *, schedule: bool = True) -> tvm.transfo
     @tvm.transform.module_pass(opt_level=0, name="tvm_pool.pipeline")
     def _pipeline(mod, _ctx):
         with target:
-            return tvm.transform.Sequential(passes)(mod)
+            if database is None:
+                return tvm.transform.Sequential(passes)(mod)
+            with database:  # MetaScheduleApplyDatabase reads Database.current()
+                return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
 
@@ -162,13 +190,30 @@ def compile(  # pylint: disable=redefined-builtin
     target="llvm",
     *,
     schedule: bool = True,
+    tuning_logs=None,
+    shipped_logs: bool = True,
     tir_pipeline="default",
 ) -> tvm.runtime.Executable:
     """Compile a Relax module with tvm_pool's lowering; returns what ``tvm.compile`` returns.
 
     ``target``: a ``tvm.target.Target``, a dict, or one of "host", "llvm", "x86", "arm", "cuda".
     ``schedule=False`` builds the unscheduled computes (the reference the schedules are tested
-    against).
+    against; no tuning records either).
+    ``tuning_logs``: directories written by :func:`tvm_pool.tune` (MetaSchedule JSON databases)
+    whose records are applied; ``shipped_logs``: also apply the logs shipped in
+    ``tvm_pool.tuning_logs`` for the target's family. A log tuned for a target family or ISA
+    this target lacks, or an unreadable one, gives a warning and is not used; a corrupt line
+    gives a warning and the file's other records are used. A log never fails the build.
     """
     target = resolve_target(target)
-    return tvm.compile(mod, target=target, relax_pipeline=pipeline(target, schedule=schedule), tir_pipeline=tir_pipeline)
+    database = None
+    if schedule:
+        from . import tuning  # pylint: disable=import-outside-toplevel
+
+        database = tuning.load_logs(target, tuning_logs, shipped=shipped_logs)
+    return tvm.compile(
+        mod,
+        target=target,
+        relax_pipeline=pipeline(target, schedule=schedule, database=database),
+        tir_pipeline=tir_pipeline,
+    )

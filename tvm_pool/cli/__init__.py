@@ -2,12 +2,14 @@
 
     tvm-pool demo                                   # built-in example, checked against onnxruntime
     tvm-pool compile model.onnx -o model.so [--target host|x86|arm|cuda|'<JSON>']
-                     [--input-shapes NAME=D0,D1,...]...
+                     [--input-shapes NAME=D0,D1,...]... [--tuning-log DIR]... [--no-tuning-logs]
     tvm-pool run model.so --inputs in.npz [-o out.npz] [--repeat N]
-    tvm-pool inspect model.onnx [--target ...]
+    tvm-pool inspect model.onnx [--target ...] [--tuning-log DIR]... [--no-tuning-logs]
+    tvm-pool tune model.onnx [--target ...] [--trials N] [--log-dir DIR]
+                  [--rpc-tracker HOST:PORT --rpc-key KEY]
     tvm-pool bench [args...]                        # tvm_pool.bench
 
-One module per command (``compile``, ``run``, ``inspect``, ``demo``, ``bench``), each with
+One module per command (``compile``, ``run``, ``inspect``, ``demo``, ``tune``, ``bench``), each with
 ``NAME``, ``add_parser(subparsers)`` and ``run(args) -> int``, registered in :data:`COMMANDS`;
 what they share lives in :mod:`tvm_pool.cli.common`.
 
@@ -23,12 +25,12 @@ import sys
 import traceback
 from typing import Sequence
 
-from . import bench, compile, demo, inspect, run  # noqa: A004  (command modules)
+from . import bench, compile, demo, inspect, run, tune  # noqa: A004  (command modules)
 from .common import EXIT_ERROR, CliError, common_options, describe
 
 # Every command, in the order --help lists them. A new command is a module with NAME,
 # add_parser(subparsers) and run(args), added here.
-COMMANDS = (compile, run, inspect, demo, bench)
+COMMANDS = (compile, run, inspect, demo, tune, bench)
 
 __all__ = ["COMMANDS", "EXIT_ERROR", "CliError", "build_parser", "main"]
 

@@ -39,7 +39,20 @@ def add_parser(subparsers):
         "--input-shapes", action="append", metavar="NAME=D0,D1,...",
         help="static shape of an input with symbolic dimensions (repeatable)",
     )
+    add_tuning_options(p)
     return p
+
+
+def add_tuning_options(p) -> None:
+    """``--tuning-log DIR`` (repeatable) and ``--no-tuning-logs`` (compile and inspect)."""
+    p.add_argument(
+        "--tuning-log", action="append", metavar="DIR", dest="tuning_logs",
+        help="apply the tuning log in DIR, written by tvm-pool tune (repeatable)",
+    )
+    p.add_argument(
+        "--no-tuning-logs", action="store_true",
+        help="do not apply the tuning logs shipped with tvm_pool for the target",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +94,10 @@ def export_compiler(target):
 # --------------------------------------------------------------------------------------------
 
 
-def compile_onnx(model, *, target="host", input_shapes=None, source: str = "", progress=None, verbose=False):
+def compile_onnx(
+    model, *, target="host", input_shapes=None, source: str = "", progress=None, verbose=False,
+    tuning_logs=None, shipped_logs: bool = True,
+):
     """Import + compile an ONNX model with its signature embedded; returns (executable, signature, target)."""
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
@@ -106,7 +122,7 @@ def compile_onnx(model, *, target="host", input_shapes=None, source: str = "", p
     progress.step(f"compiling for {target_label(tgt)}")
     with native_output_captured(enabled=not verbose) as captured:
         captured.replay = not progress.quiet  # -q: no native warnings either
-        executable = tvm_pool.compile(mod, tgt)
+        executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
     return executable, signature, tgt
 
 
@@ -131,12 +147,16 @@ def run(args) -> int:
     overrides = parse_input_shapes(args.input_shapes)
     resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
     target = resolve_target(args.target)  # unknown targets too
+    for log_dir in args.tuning_logs or []:
+        if not os.path.isdir(log_dir):
+            raise CliError(f"--tuning-log {log_dir}: not a directory")
     fcompile = export_compiler(target)  # a missing cross toolchain too
     output = output_path(args.model, args.output)
     progress = Progress(4, quiet=args.quiet)
     progress.step(f"loaded {args.model}")
     executable, signature, _ = compile_onnx(
-        model, target=target, input_shapes=overrides, source=args.model, progress=progress, verbose=args.verbose
+        model, target=target, input_shapes=overrides, source=args.model, progress=progress, verbose=args.verbose,
+        tuning_logs=args.tuning_logs, shipped_logs=not args.no_tuning_logs,
     )
     progress.step(f"exporting {output}" + (" (cross-compiling)" if fcompile else ""))
     if fcompile is None:

@@ -41,6 +41,9 @@ def add_parser(subparsers):
     p.add_argument("model", help="the ONNX model (.onnx)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument("--input-shapes", action="append", metavar="NAME=D0,D1,...", help="static input shapes")
+    from .compile import add_tuning_options  # pylint: disable=import-outside-toplevel
+
+    add_tuning_options(p)
     return p
 
 
@@ -181,9 +184,9 @@ def _rule_name(rule) -> str:
     return f"{module}.{type(rule).__name__}" if module not in ("__main__", "builtins") else type(rule).__name__
 
 
-def tuning_record_for(probe_mod, target) -> str | None:
-    """The shipped tuning record the target would use, if tvm_pool.schedules says so
-    (``tvm_pool.schedules.tuning_record_for(target, mod) -> str | None``, when it exists)."""
+def tuning_record_for(probe_mod, target, tuning_logs=None, shipped: bool = True) -> str | None:
+    """The tuning record the node's PrimFunc gets from ``tuning_logs`` and the shipped logs
+    (``tvm_pool.schedules.tuning_record_for(target, mod, tuning_logs, shipped) -> str | None``)."""
     try:
         from .. import schedules  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -192,7 +195,7 @@ def tuning_record_for(probe_mod, target) -> str | None:
     if fn is None or probe_mod is None:
         return None
     try:
-        return fn(target, probe_mod)
+        return fn(target, probe_mod, tuning_logs, shipped)
     except Exception:  # pylint: disable=broad-except
         return None
 
@@ -264,8 +267,8 @@ def run(args) -> int:
         except Exception as err:  # pylint: disable=broad-except
             rule = f"? ({one_line(err)})"
         print(f"    schedule:  {rule}")
-        record = tuning_record_for(probe_mod, target)
-        print(f"    tuning:    {record or 'none (no shipped tuning record)'}")
+        record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)
+        print(f"    tuning:    {record or 'none (no tuning record: the schedule above)'}")
     if failures:
         raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
     return 0

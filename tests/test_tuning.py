@@ -1,0 +1,351 @@
+"""Tuning (issue 13): tvm_pool.tune writes a MetaSchedule JSON database that TVM reads and
+tvm_pool.compile applies; mismatched and corrupt logs; the pooling design space; RPC tracker."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from onnx import TensorProto, helper
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+import tvm_pool
+from tvm_pool import lowering, tuning
+from tvm_pool.schedules import meta_schedule as ms_rules
+from tvm_pool.schedules import x86
+from tvm_pool.targets import resolve_target
+
+TARGET = resolve_target("host")
+pytestmark = pytest.mark.skipif(not x86.is_x86(TARGET), reason="the shipped design space is x86's")
+
+
+def conv_pool_model(size=16):
+    """Conv -> Relu -> MaxPool (3x3 s2 p1): one convolution task, one pooling task."""
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype("float32"))
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    out = (size + 1) // 2
+    graph = helper.make_graph(
+        nodes, "conv_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, out, out])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10  # onnxruntime 1.31 refuses onnx 1.23's IR version 14
+    return model
+
+
+def pool_mod(kind="max", shape=(1, 8, 20, 20), relu=True, **kwargs):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(x)) if relu else x
+            op = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
+            z = bb.emit(op(y, **kwargs))
+            gv = bb.emit_output(z)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def _arg_shapes(mod):
+    return [([int(d) for d in a.shape], str(a.dtype)) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+
+
+def _run_prim(mod, inputs):
+    lib = tvm.tirx.build(mod, target=TARGET)
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    for shape, dtype in _arg_shapes(mod)[len(inputs):]:
+        args.append(tvm.runtime.empty(shape, dtype, tvm.cpu()))
+    lib["main"](*args)
+    return [a.numpy() for a in args[len(inputs):]]
+
+
+def _tasks(mod):
+    return list(ms.relax_integration.extract_tasks(lowering.fuse(mod, TARGET), TARGET))
+
+
+@pytest.mark.parametrize(
+    "kind, kwargs",
+    [
+        ("max", dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))),
+        ("max", dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1))),
+        ("avg", dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), ceil_mode=True)),
+        ("max", dict(pool_size=(2, 2), strides=(2, 2))),
+    ],
+)
+def test_pool_design_space_has_hand_written_first_and_is_bit_exact(kind, kwargs):
+    mod = pool_mod(kind, **kwargs)
+    task = next(t for t in _tasks(mod) if "pool" in t.task_name)
+    task_mod = task.dispatched[0]
+    cands = ms_rules.pool_candidates(task_mod, TARGET)
+    assert len(cands) >= 2
+    label, first = cands[0]
+    assert label.startswith("hand-written")
+    hand = x86.Pool().apply(task_mod["main"], TARGET, False)
+    assert tvm_ffi.structural_equal(first.mod["main"].body, hand.mod["main"].body)
+    x = np.random.default_rng(1).standard_normal(_arg_shapes(task_mod)[0][0]).astype("float32")
+    want = _run_prim(task_mod, [x])
+    for label, sch in cands:
+        got = _run_prim(sch.mod, [x])
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w), label
+        # every candidate's trace replays on the workload (what the database stores)
+        replay = tvm.s_tir.Schedule(task_mod)
+        sch.trace.apply_to_schedule(replay, remove_postproc=False)
+        assert tvm_ffi.structural_equal(replay.mod, sch.mod), label
+
+
+def _assert_applied(mod, log_dir):
+    """compile's pipeline puts the database's best schedule of every task into the module."""
+    database = tuning.load_logs(TARGET, [log_dir], shipped=False)
+    assert database is not None
+    lowered = lowering.pipeline(TARGET, database=database)(mod)
+    funcs = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    for task in _tasks(mod):
+        best = database.query_ir_module(task.dispatched[0], TARGET, "main")
+        assert best is not None, task.task_name
+        assert any(tvm_ffi.structural_equal(f.body, best["main"].body) for f in funcs), task.task_name
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """Relu -> MaxPool, tuned: one pooling task, searched exhaustively (no search trials)."""
+    mod = pool_mod("max", pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    log_dir = str(tmp_path_factory.mktemp("tune") / "x86")
+    lines = []
+    result = tvm_pool.tune(mod, "host", trials=0, log_dir=log_dir, source="relu_pool", progress=lines.append)
+    return mod, log_dir, result, lines
+
+
+def test_tune_writes_a_database_tvm_reads(tuned):
+    mod, log_dir, result, lines = tuned
+    for name in (tuning.WORKLOAD_FILE, tuning.RECORD_FILE, tuning.META_FILE):
+        assert os.path.exists(os.path.join(log_dir, name))
+    database = ms.database.JSONDatabase(work_dir=log_dir)
+    (pool,) = result.tasks
+    assert pool.kind == "pool" and pool.trials >= 2
+    assert len(database) == pool.trials  # every candidate measured and recorded
+    assert pool.default_ms is not None and pool.best_ms <= pool.default_ms
+    meta = json.load(open(os.path.join(log_dir, tuning.META_FILE)))
+    assert meta["family"] == tuning.target_family(TARGET) and "avx2" in meta["features"]
+    assert meta["runs"][-1]["model"] == "relu_pool"
+    # progress: a line per task with the candidates measured, the best time, and an ETA
+    assert any(l.startswith("[pool 1/1]") and "best" in l and "ETA" in l for l in lines), lines
+
+
+def test_compile_applies_the_tuned_records(tuned):
+    mod, log_dir, _, _ = tuned
+    _assert_applied(mod, log_dir)
+    x = np.random.default_rng(2).standard_normal([1, 8, 20, 20]).astype("float32")
+    outs = []
+    for kwargs in (dict(tuning_logs=[log_dir], shipped_logs=False), dict(schedule=False)):
+        ex = tvm_pool.compile(mod, "host", **kwargs)
+        outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    names = dict(tuning.records_for(mod, TARGET, [log_dir], shipped=False))
+    assert names and all("ms" in v and log_dir in v for v in names.values()), names
+
+
+@pytest.mark.slow
+def test_tune_searches_convolutions(tmp_path):
+    """Conv -> Relu -> MaxPool: the convolution goes to MetaSchedule's evolutionary search (a
+    few trials), the pool to the exhaustive search; compile applies both."""
+    mod = tvm_pool.from_onnx(conv_pool_model())
+    lines = []
+    result = tvm_pool.tune(mod, "host", trials=4, log_dir=str(tmp_path), source="conv_pool", progress=lines.append)
+    assert {t.kind for t in result.tasks} == {"pool", "search"}
+    search = next(t for t in result.tasks if t.kind == "search")
+    assert search.trials >= 4 and search.best_ms is not None
+    assert any(l.startswith("[task 1/1]") and "trials" in l and "ETA" in l for l in lines), lines
+    _assert_applied(mod, str(tmp_path))
+
+
+def _copy(log_dir, tmp_path, name):
+    dst = tmp_path / name
+    shutil.copytree(log_dir, dst)
+    return str(dst)
+
+
+def test_mismatched_family_warns_and_is_not_used(tuned, tmp_path):
+    _, log_dir, _, _ = tuned
+    other = _copy(log_dir, tmp_path, "arm")
+    meta_path = os.path.join(other, tuning.META_FILE)
+    meta = json.load(open(meta_path))
+    meta["family"] = "aarch64-neon"
+    json.dump(meta, open(meta_path, "w"))
+    with pytest.warns(tuning.TuningLogWarning, match="tuned for aarch64-neon.*not used"):
+        assert tuning.load_logs(TARGET, [other], shipped=False) is None
+    # the same ISA family, but a feature this target lacks
+    meta["family"] = tuning.target_family(TARGET)
+    meta["features"] = meta["features"] + ["amx-tile", "not-a-feature"]
+    json.dump(meta, open(meta_path, "w"))
+    with pytest.warns(tuning.TuningLogWarning, match="lacks: .*not-a-feature.*not used"):
+        assert tuning.load_logs(TARGET, [other], shipped=False) is None
+    # an AVX-512 log is never applied to an AVX2 target
+    if "avx512f" in tuning.target_features(TARGET):
+        haswell = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+        with pytest.warns(tuning.TuningLogWarning, match="not used"):
+            assert tuning.load_logs(haswell, [log_dir], shipped=False) is None
+
+
+def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_path):
+    mod, log_dir, _, _ = tuned
+    bad = _copy(log_dir, tmp_path, "corrupt")
+    records = os.path.join(bad, tuning.RECORD_FILE)
+    lines = open(records).read().splitlines()
+    good = len(lines)
+    with open(records, "w") as f:
+        f.write("\n".join(lines[:-1]) + "\n")
+        f.write("[0, {not json\n")
+        f.write('[99, ["x"]]\n')
+        f.write(lines[-1][: len(lines[-1]) // 2])  # truncated last line
+    with pytest.warns(tuning.TuningLogWarning, match=r"3 corrupt line\(s\).*database_tuning_record.json:\d+"):
+        database = tuning.load_logs(TARGET, [bad], shipped=False)
+    assert database is not None and len(database.get_all_tuning_records()) >= 1
+    assert good >= 2
+    # the build never fails because of a log: garbage everywhere still compiles
+    with open(os.path.join(bad, tuning.WORKLOAD_FILE), "w") as f:
+        f.write("garbage\n")
+    with open(os.path.join(bad, tuning.META_FILE), "w") as f:
+        f.write("{")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tvm_pool.compile(mod, "host", tuning_logs=[bad, str(tmp_path / "missing")], shipped_logs=False)
+    messages = [str(w.message) for w in caught if issubclass(w.category, tuning.TuningLogWarning)]
+    assert any(tuning.WORKLOAD_FILE in m for m in messages)
+    assert any("missing" in m and "not a directory" in m for m in messages)
+
+
+def test_target_families():
+    assert tuning.target_family({"kind": "llvm", "mcpu": "haswell"}) == "x86-avx2"
+    assert tuning.target_family({"kind": "llvm", "mcpu": "znver4"}) == "x86-avx512"
+    assert tuning.target_family("arm") == "aarch64-neon"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tune_through_the_rpc_tracker(tmp_path):
+    """python -m tvm.exec.rpc_tracker + rpc_server on 127.0.0.1; the builder exports a shared
+    object (the device needs no compiler); a pooling model is measured on the server."""
+    port, server_port = _free_port(), _free_port()
+    key = "tvm-pool-test"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+             "--port-end", str(port + 1)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port), "--port-end", str(server_port + 1),
+             "--tracker", f"127.0.0.1:{port}", "--key", key],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                if rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]:
+                    break
+            except Exception:  # pylint: disable=broad-except
+                pass
+            assert time.time() < deadline, "RPC server did not register with the tracker"
+            time.sleep(1)
+        mod = pool_mod("max", pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+        log_dir = str(tmp_path / "rpc")
+        result = tvm_pool.tune(
+            mod, "host", trials=0, log_dir=log_dir, rpc={"tracker": f"127.0.0.1:{port}", "key": key},
+            progress=lambda _line: None,
+        )
+        (pool,) = result.tasks
+        assert pool.best_ms is not None and pool.best_ms > 0
+        assert json.load(open(os.path.join(log_dir, tuning.META_FILE)))["runs"][-1]["rpc"] is True
+        assert tuning.load_logs(TARGET, [log_dir], shipped=False) is not None
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# --------------------------------------------------------------------------------------------
+# tvm-pool tune / compile --tuning-log / inspect
+# --------------------------------------------------------------------------------------------
+
+
+def _pool_onnx(path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="pool")
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_cli_tune_compile_inspect(tmp_path, capsys):
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+
+    model = _pool_onnx(tmp_path / "pool.onnx")
+    log_dir = str(tmp_path / "log")
+    assert cli.main(["tune", model, "--trials", "0", "--log-dir", log_dir]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"wrote {log_dir}: 1 tasks (1 pooling)")
+    assert "[pool 1/1]" in err and "ETA" in err
+    assert cli.main(["-q", "compile", model, "-o", str(tmp_path / "pool.so"), "--tuning-log", log_dir]) == 0
+    assert cli.main(["inspect", model, "--tuning-log", log_dir, "--no-tuning-logs"]) == 0
+    out, _ = capsys.readouterr()
+    assert "tuning:" in out and log_dir in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "missing.onnx"], "missing.onnx"),
+        (["tune", "MODEL", "--trials", "-1"], "--trials must be >= 0"),
+        (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:9190"], "go together"),
+        (["tune", "MODEL", "--rpc-tracker", "nohost", "--rpc-key", "k"], "invalid RPC tracker"),
+        (["tune", "MODEL", "--log-dir", "/nonexistent/dir/log"], "does not exist"),
+        (["tune", "MODEL", "--target", "nonsense"], "unknown target"),
+        (["compile", "MODEL", "--tuning-log", "/nonexistent/log"], "not a directory"),
+    ],
+)
+def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+
+    model = _pool_onnx(tmp_path / "pool.onnx")
+    args = [model if a == "MODEL" else a for a in args]
+    if args[0] == "compile":
+        args += ["-o", str(tmp_path / "x.so")]
+    assert cli.main(args) == 2
+    out, err = capsys.readouterr()
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tvm-pool: error:") and message in lines[0], err

@@ -1,0 +1,81 @@
+"""``tvm-pool tune model.onnx``: tune every task of a model for a target; writes a MetaSchedule
+JSON database (``database_workload.json`` / ``database_tuning_record.json``) and ``target.json``
+under ``--log-dir`` (default ``./tuning_logs/<family>``) that ``compile --tuning-log`` applies."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .common import (
+    TARGET_HELP,
+    CliError,
+    common_options,
+    graph_inputs,
+    import_onnx,
+    load_onnx,
+    onnx_dtype,
+    parse_input_shapes,
+    quiet_tvm_warnings,
+    resolve_input_shapes,
+    resolve_target,
+)
+
+NAME = "tune"
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="tune a model for a target (MetaSchedule), writing a tuning log")
+    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("--target", default="host", help=TARGET_HELP)
+    p.add_argument("--trials", type=int, default=64, help="measurements for the non-pooling tasks (default 64; pooling tasks are searched exhaustively on top)")
+    p.add_argument("--log-dir", help="where the log goes (default: ./tuning_logs/<target family>); an existing log there is extended")
+    p.add_argument(
+        "--input-shapes", action="append", metavar="NAME=D0,D1,...",
+        help="static shape of an input with symbolic dimensions (repeatable)",
+    )
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on a device registered with TVM's RPC tracker")
+    p.add_argument("--rpc-key", metavar="KEY", help="the device key on the tracker")
+    return p
+
+
+def run(args) -> int:
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    from .. import tuning  # pylint: disable=import-outside-toplevel
+    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
+
+    model = load_onnx(args.model)
+    overrides = parse_input_shapes(args.input_shapes)
+    shapes = resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
+    target = resolve_target(args.target)
+    if args.trials < 0:
+        raise CliError(f"--trials must be >= 0, got {args.trials}")
+    rpc = None
+    if args.rpc_tracker or args.rpc_key:
+        if not (args.rpc_tracker and args.rpc_key):
+            raise CliError("--rpc-tracker HOST:PORT and --rpc-key KEY go together")
+        rpc = {"tracker": args.rpc_tracker, "key": args.rpc_key}
+        try:
+            tuning.rpc_config(rpc)  # a malformed HOST:PORT fails here, before anything slow
+        except TvmPoolError as err:
+            raise CliError(str(err)) from None
+    log_dir = args.log_dir or os.path.join("tuning_logs", tuning.target_family(target))
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        raise CliError(f"--log-dir {log_dir}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(log_dir))
+    if not os.path.isdir(parent):
+        raise CliError(f"--log-dir {log_dir}: directory {parent} does not exist")
+    dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
+    quiet_tvm_warnings()
+    mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
+    say = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    result = tvm_pool.tune(
+        mod, target, trials=args.trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say
+    )
+    pools = sum(1 for t in result.tasks if t.kind == "pool")
+    print(
+        f"wrote {log_dir}: {len(result.tasks)} tasks ({pools} pooling), {result.trials} measurements in "
+        f"{result.seconds:.0f} s; apply with: tvm-pool compile {args.model} --tuning-log {log_dir}"
+    )
+    return 0
