@@ -96,11 +96,16 @@ def version() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def load_onnx(path: str):
+def require_input_file(path: str, what: str) -> None:
+    """One-line errors for an input path that is missing or a directory (``what`` it should be)."""
     if not os.path.exists(path):
         raise CliError(f"{path}: no such file")
     if os.path.isdir(path):
-        raise CliError(f"{path}: is a directory, not an ONNX model")
+        raise CliError(f"{path}: is a directory, not {what}")
+
+
+def load_onnx(path: str):
+    require_input_file(path, "an ONNX model")
     import onnx  # pylint: disable=import-outside-toplevel
     from google.protobuf.message import DecodeError  # pylint: disable=import-outside-toplevel
 

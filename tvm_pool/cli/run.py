@@ -6,7 +6,7 @@ import os
 import time
 from typing import Sequence
 
-from .common import CliError, Progress, check_output, common_options, fmt_shape, one_line
+from .common import CliError, Progress, check_output, common_options, fmt_shape, one_line, require_input_file
 
 NAME = "run"
 
@@ -23,10 +23,7 @@ def add_parser(subparsers):
 def load_npz(path: str) -> dict:
     import numpy as np  # pylint: disable=import-outside-toplevel
 
-    if not os.path.exists(path):
-        raise CliError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CliError(f"{path}: is a directory, not an .npz archive")
+    require_input_file(path, "an .npz archive")
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
@@ -127,10 +124,7 @@ def output_path(args) -> str | None:
 def _load_module(path: str):
     from .. import artifact  # pylint: disable=import-outside-toplevel
 
-    if not os.path.exists(path):
-        raise CliError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise CliError(f"{path}: is a directory, not a compiled module")
+    require_input_file(path, "a compiled module")
     try:
         artifact.check_shared_object(path)  # before dlopen, which a truncated file crashes
     except (OSError, artifact.ArtifactError) as err:
@@ -170,8 +164,7 @@ def run(args) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise CliError(f"--repeat must be at least 1, got {args.repeat}")
-    if not os.path.exists(args.module):
-        raise CliError(f"{args.module}: no such file")
+    require_input_file(args.module, "a compiled module")
     output = output_path(args)
     arrays = load_npz(args.inputs)
     progress = Progress(3 if args.repeat else 2, quiet=args.quiet)
