@@ -74,14 +74,12 @@ def region_buffer(region):
 
 def region_dtype(region) -> str:
     """dtype of the buffer a read/write region touches (BufferRegion or 0.27's TensorRegion)."""
-    if hasattr(region, "buffer"):
-        return str(region.buffer.dtype)
-    return str(region.source.ty.dtype)
+    return str(region_buffer(region).dtype)
 
 
 def region_bytes(region):
     """Bytes of the whole buffer a read/write region touches (None when symbolic)."""
-    buf = region.buffer if hasattr(region, "buffer") else region.source.ty
+    buf = region_buffer(region)
     total = max(runtime.DataType(str(buf.dtype)).bits // 8, 1)
     for dim in buf.shape:
         if not isinstance(dim, tirx.IntImm):
@@ -154,11 +152,11 @@ def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
     a pool, the first pool's result is an input of the second chain, not a pass of it."""
     chains = []
     for rv in root_blocks(sch):
-        if not _is_pass(sch, rv) or pool_kind(sch.get(rv)).endswith("_pass"):
+        if not _is_pass(sch, rv) or _is_intermediate_pass(sch, rv):
             continue
         chain = [rv]
         while True:
-            prev = [p for p in sch.get_producers(chain[0]) if _is_pass(sch, p) and pool_kind(sch.get(p)).endswith("_pass")]
+            prev = [p for p in sch.get_producers(chain[0]) if _is_intermediate_pass(sch, p)]
             if not prev:
                 break
             chain.insert(0, prev[0])
@@ -169,6 +167,12 @@ def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
 
 def _is_pass(sch: s_tir.Schedule, rv) -> bool:
     return PASS_AXIS_ATTR in block_annotations(sch.get(rv))
+
+
+def _is_intermediate_pass(sch: s_tir.Schedule, rv) -> bool:
+    """A pass feeding a later pass of the same pool (kind ``<kind>_pass``; the result pass has
+    the pool's own kind)."""
+    return _is_pass(sch, rv) and pool_kind(sch.get(rv)).endswith("_pass")
 
 
 def other_blocks(sch: s_tir.Schedule, mains: list[MainBlock], chains: list[PassChain] = ()) -> list:
