@@ -8,6 +8,7 @@ then every PrimFunc that carries a tvm_pool block (fused or not) gets the target
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import tvm
@@ -176,11 +177,9 @@ def pipeline(
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_pool.pipeline")
     def _pipeline(mod, _ctx):
-        with target:
-            if database is None:
-                return tvm.transform.Sequential(passes)(mod)
-            with database:  # MetaScheduleApplyDatabase reads Database.current()
-                return tvm.transform.Sequential(passes)(mod)
+        # MetaScheduleApplyDatabase reads Database.current()
+        with target, (database if database is not None else contextlib.nullcontext()):
+            return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
 
