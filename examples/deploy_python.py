@@ -17,6 +17,8 @@ import os
 import sys
 
 os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # before importing tvm: load the runtime only
+# tvm_pool's schedules are parallel: unpin TVM's workers, as tvm_pool itself does (tvm_pool/thread_pool.py)
+os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402

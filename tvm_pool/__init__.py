@@ -1,9 +1,14 @@
 """tvm_pool: exact, fast pooling for Apache TVM."""
 
-from . import relax_ops, spec
-from .errors import InvalidModelError, TvmPoolError, UnsupportedError
-from .lowering import compile  # noqa: A004  (same name as tvm.compile on purpose)
-from .onnx import from_onnx
-from .tuning import tune
+from .thread_pool import unpin_worker_threads
+
+unpin_worker_threads()  # before any TVM parallel call: see thread_pool
+
+# pylint: disable=wrong-import-position
+from . import relax_ops, spec  # noqa: E402
+from .errors import InvalidModelError, TvmPoolError, UnsupportedError  # noqa: E402
+from .lowering import compile  # noqa: A004,E402  (same name as tvm.compile on purpose)
+from .onnx import from_onnx  # noqa: E402
+from .tuning import tune  # noqa: E402
 
 __all__ = ["InvalidModelError", "TvmPoolError", "UnsupportedError", "compile", "from_onnx", "relax_ops", "spec", "tune"]

@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
   }
   const std::string input_dir = argc > 2 ? argv[2] : "";
   const std::string output_dir = argc > 3 ? argv[3] : "";
+  // tvm_pool's schedules are parallel; TVM pins its worker threads but not the calling thread,
+  // which can then share a worker's core (half speed). Unpin them unless the user chose.
+  // Must happen before the first parallel call creates the thread pool.
+  setenv("TVM_BIND_THREADS", "0", /*overwrite=*/0);
   try {
     // 1. Load the shared library and create a Relax VM on the CPU (pooled allocator = 2).
     // (dlopen searches the library path for names without a '/', so pass an absolute path.)
