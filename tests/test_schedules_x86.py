@@ -184,8 +184,8 @@ def test_separable_passes_chosen():
     (chain,) = chains([4], [4], shape=(1, 2, 40))
     assert chain.axes == [0]
     assert chains([3, 17], [1, 1]) == []  # longer than MAX_PASS_TAPS, more taps than MAX_ALL_TAPS
-    (chain,) = chains([32], [1], shape=(1, 2, 100))  # long, one axis, contiguous taps: one pass
-    assert chain.axes == [0]
+    (chain,) = chains([32], [1], shape=(1, 2, 100))  # long max, stride 1: doubling levels, then the result
+    assert chain.axes == [0] * 5
     assert chains([40], [2], shape=(1, 2, 100)) == []  # long and strided: the reduction loop
 
 

@@ -1,0 +1,105 @@
+"""Long stride-1 max windows on the innermost axis, reduced by doubling
+(compute.pool._doubling_passes): randomized against onnxruntime and onnx.reference, NaN and the
+padding included, scheduled and not, and the schedule's structure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tvm import s_tir
+
+import spec_reference
+from oracles import pool_model, run_onnxruntime, run_reference, run_tvm_pool, try_run
+from tvm_pool.compute import pool as pool_compute
+from tvm_pool import spec
+
+
+def _random_case(rng):
+    rank = int(rng.integers(1, 3))
+    kernel = int(rng.integers(pool_compute.MAX_PASS_TAPS + 1, 80))
+    dilation = int(rng.choice([1, 1, 2, 3]))
+    ek = (kernel - 1) * dilation + 1
+    length = int(rng.integers(max(ek - 10, 2), ek + 60))
+    pads = [int(rng.integers(0, kernel)) for _ in range(2)]  # onnxruntime: pad < kernel
+    while length + pads[0] + pads[1] < ek:
+        length += 7
+    ceil_mode = int(rng.integers(0, 2))
+    shape = [int(rng.integers(1, 3)), int(rng.integers(1, 4))] + ([int(rng.integers(1, 4))] if rank == 2 else []) + [length]
+    attrs = dict(kernel_shape=[1] * (rank - 1) + [kernel], strides=[1] * rank, dilations=[1] * (rank - 1) + [dilation],
+                 pads=[0] * (rank - 1) + [pads[0]] + [0] * (rank - 1) + [pads[1]], ceil_mode=ceil_mode)
+    return shape, attrs
+
+
+def _input(rng, shape, dtype):
+    if dtype in ("int8", "uint8"):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_long_max_window_matches_oracles(seed):
+    rng = np.random.default_rng(seed)
+    shape, attrs = _random_case(rng)
+    dtype = ["float32", "float32", "float16", "int8", "uint8", "float64"][seed % 6]
+    x = _input(rng, shape, dtype)
+    model = pool_model("MaxPool", shape, dtype=dtype, **attrs)
+    got = run_tvm_pool(model, {"X": x})[0]
+    np.testing.assert_array_equal(got, run_onnxruntime(model, {"X": x})[0], err_msg=f"{shape} {attrs} {dtype}")
+    np.testing.assert_array_equal(got, run_tvm_pool(model, {"X": x}, schedule=False)[0])
+    if dtype == "float32":
+        reference, _ = try_run(run_reference, model, {"X": x})  # None where onnx.reference fails (an empty window)
+        if reference is not None:
+            np.testing.assert_array_equal(got, reference[0])
+        # NaN must propagate through every level. Both runtimes skip NaN (docs/conformance.md
+        # row 7), so NaN is checked against the spec transcription, which propagates it.
+        x.ravel()[rng.random(x.size) < 0.01] = np.nan
+        got = run_tvm_pool(model, {"X": x})[0]
+        want, _ = spec_reference.max_pool(x, attrs["kernel_shape"], attrs["strides"], attrs["dilations"], attrs["pads"],
+                                          ceil_mode=attrs["ceil_mode"])
+        np.testing.assert_array_equal(got, want, err_msg=f"{shape} {attrs} NaN")
+        np.testing.assert_array_equal(got, run_tvm_pool(model, {"X": x}, schedule=False)[0])
+
+
+def test_doubling_chosen_only_for_long_stride1_inner_windows():
+    def windows(kernel, strides, length=100):
+        rank = len(kernel)
+        return spec.resolve_windows([length] * rank, kernel, strides, [1] * rank, [0] * (2 * rank), "NOTSET", False)
+
+    assert pool_compute.doubling(windows([32], [1]))
+    assert pool_compute.doubling(windows([1, 17], [1, 1]))
+    assert not pool_compute.doubling(windows([16], [1]))  # short: one expression of every tap
+    assert not pool_compute.doubling(windows([32], [2]))  # strided: levels at every position would waste work
+    assert not pool_compute.doubling(windows([17, 1], [1, 1]))  # not the innermost axis
+    assert not pool_compute.doubling(windows([3, 17], [1, 1]))  # two windowed axes
+
+
+def test_levels_computed_per_row_and_scheduled_equals_unscheduled():
+    import tvm
+    from tvm import te
+
+    import tvm_pool
+    from tvm_pool.targets import host_target
+    from tvm_pool.schedules import analysis, cpu
+
+    x = te.placeholder((1, 8, 3, 300), "float32", name="x")
+    y = pool_compute.max_pool(x, [1, 40], [1, 1], [1, 1], [0, 20, 0, 19])
+    func = te.create_prim_func([x, y])
+    sch = s_tir.Schedule(func)
+    (chain,) = analysis.pass_chains(sch)
+    assert len(chain.passes) == 6 and set(chain.axes) == {1}  # levels of 2..32 taps, then the result
+    target = host_target()
+    cpu.schedule_function(sch, target)
+    # every level sits inside the row loop of the result (computed per row, not per output)
+    row_loop = sch.get_loops(chain.passes[-1])[-2]
+    for level in chain.passes[:-1]:
+        assert sch.get(row_loop) in [sch.get(l) for l in sch.get_loops(level)]
+    data = np.random.default_rng(0).standard_normal((1, 8, 3, 300)).astype("float32")
+    outs = []
+    for f in (sch.mod["main"], func):
+        lib = tvm.compile(tvm.IRModule({"main": f}), target=target)
+        out = tvm.runtime.tensor(np.empty([int(d) for d in y.shape], "float32"))
+        lib["main"](tvm.runtime.tensor(data), out)
+        outs.append(out.numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    del tvm_pool
