@@ -434,6 +434,8 @@ _MAX_UNROLLED_TAPS = 64
 _MAX_UNROLLED_ROW_TAPS = 16
 # Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
 _MAX_VECTOR_ROW = 1024
+# Longest row of passes along one axis that TVM vectorises (longer ones are LLVM's).
+_MAX_SHORT_ROW = 64
 
 
 def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int = FULL) -> None:
@@ -517,9 +519,15 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     last = chain.passes[-1]
     contiguous_last = len(chain.passes) > 1 and not strided_vectors(target) and _inner_read_stride(sch, last) == 1
     if len(set(chain.axes)) < len(chain.axes):
-        # Doubling levels: two contiguous reads per element over rows of arbitrary length,
-        # which LLVM's vectoriser handles with a scalar tail (1-D max k32 s1 over 64x4096,
-        # 1 thread: 0.107 ms, against 0.122 ms with TVM vectorising odd-sized row chunks).
+        # Passes along one axis: the doubling levels of a long window, two contiguous reads
+        # per element over rows of arbitrary length, which LLVM's vectoriser handles with a
+        # scalar tail (1-D max k32 s1 over 64x4096, 1 thread: 0.107 ms, against 0.122 ms
+        # with TVM vectorising odd-sized row chunks); or the lanes of a flat global
+        # reduction (compute.pool._flat_plane_passes), a register or less: one TVM vector.
+        for block in chain.passes[:-1]:
+            loop = sch.get_loops(block)[-1]
+            if (_loop_extent(sch, loop) or 0) <= _MAX_SHORT_ROW:
+                sch.vectorize(loop)
         return
     for block in chain.passes if gather_last or contiguous_last else chain.passes[:-1]:
         _vectorize_row(sch, sch.get_loops(block)[-1], target, analysis.region_dtype(sch.get(block).writes[0]))

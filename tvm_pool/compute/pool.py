@@ -266,6 +266,8 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
         work = "float32" if dtype in ("float16", "bfloat16") else dtype
         source, offsets = padded(data, windows, max_identity(work), dtype=work)
         max_all = lambda taps: max_of_all(taps, work)  # noqa: E731
+        if flat_plane(windows):
+            return _flat_plane_passes(data, windows, max_all, lambda x: x.astype(work), kind, name, dtype)
         if doubling(windows):
             return _doubling_passes(source, offsets, windows, max_all, kind, name, dtype)
         if separable(windows):
@@ -285,10 +287,16 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None) -
     """The sum over each window's data taps in the accumulation type (padding adds 0;
     ``map_input`` maps each tap first, e.g. |x|^p, and must map 0 to 0)."""
     acc = accumulate_dtype(data.dtype)
+    add_all = lambda taps: reduce(lambda a, b: a + b, taps)  # noqa: E731
+    if flat_plane(windows):
+        def tap_value(x):
+            x = x.astype(acc)
+            return map_input(x) if map_input is not None else x
+
+        return _flat_plane_passes(data, windows, add_all, tap_value, kind, name)
     if separable(windows):
         # The padded copy converts to the accumulation type once; the passes add in it.
         source, offsets = padded(data, windows, 0, dtype=acc)
-        add_all = lambda taps: reduce(lambda a, b: a + b, taps)  # noqa: E731
         return _axis_passes(source, offsets, windows, add_all, map_input, kind, name)
     source, offsets = padded(data, windows, 0)
 
@@ -322,6 +330,76 @@ def few_taps(windows) -> bool:
     select-based NaN max blocked LLVM's vectoriser (3-D 2x2x2 s2 over 64x16x56x56, 1 thread:
     1.4 ms against 0.31 ms for stock TVM's plain max; 3-D windows now take the passes)."""
     return _static_geometry(windows) and reduce(lambda a, w: a * w.kernel, windows, 1) <= MAX_ALL_TAPS
+
+
+# A global window over a small static plane (7x7, 13x13) reduces the plane as one contiguous
+# row: FLAT_LANES lanes of partial results, halved until two are left (flat_plane).
+FLAT_LANES = 16
+
+
+def flat_plane(windows) -> bool:
+    """A global window (every axis whole, no padding) over a static plane of at least two and
+    at most :data:`MAX_PASS_TAPS` rows of :data:`FLAT_LANES` elements, which
+    :func:`_flat_plane_passes` reduces as one contiguous row."""
+    if not _static_geometry(windows):
+        return False
+    if not all(w.out_size == 1 and w.kernel == w.in_size and w.pad_begin == 0 for w in windows):
+        return False
+    plane = reduce(lambda a, w: a * w.kernel, windows, 1)
+    return 2 <= plane // FLAT_LANES <= MAX_PASS_TAPS
+
+
+def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=None):
+    """A global reduction of each (contiguous, row-major) plane as one row of ``plane``
+    elements: a pass combining its rows of :data:`FLAT_LANES` into that many lanes, passes
+    halving the lanes down to two, and the result combining those two with the elements past
+    the last whole row. On a 7x7 plane: 3 vector loads and a few shuffles, against 7 loads of
+    7-lane rows and a 7-tap horizontal pass for the separable form (ResNet-50's head at batch
+    32, 1 thread: 0.21 against 0.43 ms). ``tap_value`` maps each element (to the accumulation
+    type, |x|^p, ...). The passes carry ``pass_axis`` on the last axis (the lanes), shape
+    ``[*lead, 1, ..., 1, lanes]``, so schedules compute them per plane.
+
+    Sums are added in another order than a sequential loop (lanes first, then a tree)."""
+    rank = len(windows)
+    lead_shape = list(data.shape[: len(data.shape) - rank])
+    lead = len(lead_shape)
+    sizes = [w.kernel for w in windows]
+    plane = reduce(lambda a, b: a * b, sizes, 1)
+    rows = plane // FLAT_LANES
+
+    def element(lead_idx, t):
+        coords = []
+        for n in reversed(sizes):  # row-major position t in the plane (constants fold)
+            coords.append(t % n if isinstance(t, int) else tirx.floormod(t, n))
+            t = t // n if isinstance(t, int) else tirx.floordiv(t, n)
+        return tap_value(data[tuple(lead_idx) + tuple(reversed(coords))])
+
+    def pass_attrs(last):
+        return block_attrs(kind if last else f"{kind}_pass", rank, **{PASS_AXIS_ATTR: rank - 1})
+
+    unit = [1] * (rank - 1)
+    current = te.compute(
+        lead_shape + unit + [FLAT_LANES],
+        lambda *i: combine([element(i[:lead], j * FLAT_LANES + i[-1]) for j in range(rows)]),
+        name=f"{name}_lanes", attrs=pass_attrs(False),
+    )
+    def halve(prev, half):
+        return lambda *i: combine([prev(*i), prev(*i[:-1], i[-1] + half)])
+
+    width = FLAT_LANES
+    while width > 2:
+        width //= 2
+        current = te.compute(lead_shape + unit + [width], halve(current, width), name=f"{name}_half{width}",
+                             attrs=pass_attrs(False))
+    pair = current
+
+    def result(*idx):
+        taps = [pair(*idx[:-1], 0), pair(*idx[:-1], 1)]
+        taps += [element(idx[:lead], t) for t in range(rows * FLAT_LANES, plane)]
+        value = combine(taps)
+        return value.astype(out_dtype) if out_dtype is not None else value
+
+    return te.compute(_out_shape(data, windows), result, name=name, attrs=pass_attrs(True))
 
 
 def doubling(windows) -> bool:

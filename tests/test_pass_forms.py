@@ -1,6 +1,9 @@
-"""Long stride-1 max windows on the innermost axis, reduced by doubling
-(compute.pool._doubling_passes): randomized against onnxruntime and onnx.reference, NaN and the
-padding included, scheduled and not, and the schedule's structure."""
+"""The pass forms beyond one pass per axis, randomized against onnxruntime and onnx.reference
+(NaN against the spec transcription), scheduled and not, and their schedule's structure:
+
+- long stride-1 max windows on the innermost axis, reduced by doubling
+  (compute.pool._doubling_passes);
+- global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes)."""
 
 from __future__ import annotations
 
@@ -103,3 +106,56 @@ def test_levels_computed_per_row_and_scheduled_equals_unscheduled():
         outs.append(out.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
     del tvm_pool
+
+
+def _flat_case(rng):
+    rank = int(rng.integers(1, 4))
+    while True:
+        spatial = [int(v) for v in rng.integers(1, 20, rank)] if rank > 1 else [int(rng.integers(20, 300))]
+        plane = int(np.prod(spatial))
+        if 2 * pool_compute.FLAT_LANES <= plane <= (pool_compute.MAX_PASS_TAPS + 1) * pool_compute.FLAT_LANES - 1:
+            return [int(rng.integers(1, 3)), int(rng.integers(1, 5))] + spatial
+
+
+@pytest.mark.parametrize("seed", range(18))
+def test_flat_global_pool_matches_oracles(seed):
+    rng = np.random.default_rng(100 + seed)
+    op = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"][seed % 3]
+    dtype = ["float32", "float16", "float32", "float64", "float32", "float16"][seed % 6]
+    shape = _flat_case(rng)
+    windows = spec.global_windows(shape[2:])
+    assert pool_compute.flat_plane(windows)
+    x = _input(rng, shape, dtype)
+    model = pool_model(op, shape, dtype=dtype)
+    got = run_tvm_pool(model, {"X": x})[0]
+    plain = run_tvm_pool(model, {"X": x}, schedule=False)[0]
+    axes = tuple(range(2, x.ndim))
+    wide = x.astype(np.float64)
+    want = {"GlobalAveragePool": lambda: wide.mean(axis=axes, keepdims=True),
+            "GlobalMaxPool": lambda: wide.max(axis=axes, keepdims=True),
+            "GlobalLpPool": lambda: np.sqrt((wide * wide).sum(axis=axes, keepdims=True))}[op]().astype(dtype)
+    runtime, _ = try_run(run_onnxruntime, model, {"X": x})  # onnxruntime lacks some (op, dtype) kernels
+    if runtime is not None:
+        tol = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-12}[dtype]
+        np.testing.assert_allclose(runtime[0].astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    if op == "GlobalMaxPool":
+        np.testing.assert_array_equal(got, want, err_msg=f"{shape} {dtype}")
+        np.testing.assert_array_equal(got, plain)
+        x.ravel()[rng.random(x.size) < 0.02] = np.nan
+        got = run_tvm_pool(model, {"X": x})[0]
+        want = np.max(x.astype(np.float64), axis=tuple(range(2, x.ndim)), keepdims=True).astype(dtype)
+        np.testing.assert_array_equal(got, want)  # NaN propagates through the lanes and halvings
+    else:
+        # the lanes add in another order than a sequential loop: float rounding only
+        tol = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-12}[dtype]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+        np.testing.assert_allclose(got.astype(np.float64), plain.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_flat_plane_chosen_only_for_small_static_global_windows():
+    assert pool_compute.flat_plane(spec.global_windows([7, 7]))
+    assert pool_compute.flat_plane(spec.global_windows([13, 13]))
+    assert not pool_compute.flat_plane(spec.global_windows([5, 5]))  # under two rows of lanes
+    assert not pool_compute.flat_plane(spec.global_windows([56, 56]))  # over MAX_PASS_TAPS rows
+    windows = spec.resolve_windows([7, 7], [7, 7], [1, 1], [1, 1], [1, 1, 1, 1], "NOTSET", False)
+    assert not pool_compute.flat_plane(windows)  # padded: not a global window
