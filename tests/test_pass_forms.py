@@ -3,7 +3,9 @@
 
 - long stride-1 max windows on the innermost axis, reduced by doubling
   (compute.pool._doubling_passes);
-- global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes)."""
+- global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes);
+- long strided windows over contiguous taps, reduced into lanes of partial results first
+  (schedules.cpu._partial_sums_in_lanes)."""
 
 from __future__ import annotations
 
@@ -159,3 +161,36 @@ def test_flat_plane_chosen_only_for_small_static_global_windows():
     assert not pool_compute.flat_plane(spec.global_windows([56, 56]))  # over MAX_PASS_TAPS rows
     windows = spec.resolve_windows([7, 7], [7, 7], [1, 1], [1, 1], [1, 1, 1, 1], "NOTSET", False)
     assert not pool_compute.flat_plane(windows)  # padded: not a global window
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_long_strided_windows_match_oracles(seed):
+    rng = np.random.default_rng(200 + seed)
+    op = ["AveragePool", "MaxPool", "LpPool"][seed % 3]
+    rank = 1 + seed % 2
+    kernel = [int(rng.integers(1, 4))] * (rank - 1) + [int(rng.choice([16, 24, 32, 40, 64]))]
+    strides = [1] * (rank - 1) + [int(rng.integers(2, kernel[-1] + 1))]
+    shape = [1, int(rng.integers(1, 4))] + [int(rng.integers(k, 7)) for k in kernel[:-1]] + [int(rng.integers(kernel[-1], 400))]
+    x = _input(rng, shape, "float32")
+    model = pool_model(op, shape, kernel_shape=kernel, strides=strides)
+    got = run_tvm_pool(model, {"X": x})[0]
+    plain = run_tvm_pool(model, {"X": x}, schedule=False)[0]
+    want = run_onnxruntime(model, {"X": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6, err_msg=f"{op} {shape} {kernel} {strides}")
+    np.testing.assert_allclose(got, plain, rtol=2e-6, atol=2e-6)
+    if op == "MaxPool":
+        np.testing.assert_array_equal(got, plain)
+
+
+def test_partial_sums_in_lanes_schedule():
+    from tvm import te
+
+    from tvm_pool.schedules import cpu
+    from tvm_pool.targets import host_target
+
+    x = te.placeholder((1, 4, 1000), "float32", name="x")
+    y = pool_compute.avg_pool(x, [64], [32], [1], [0, 0])
+    sch = s_tir.Schedule(te.create_prim_func([x, y]))
+    cpu.schedule_function(sch, host_target())
+    script = sch.mod["main"].script()
+    assert "avg_pool_sum_rf" in script and "T.vectorized(8)" in script
