@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tvm_pool.thread_pool import BIND_THREADS_VARIABLE
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PEERS = ("tvm_pool", "tvm", "onnxruntime", "torch", "openvino")
-TVM_SPIN_COUNT = 100_000  # TVM_THREAD_POOL_SPIN_COUNT for the benchmark (see main)
 
 
 @dataclass
@@ -491,11 +492,10 @@ def main(argv=None) -> int:
     for t in threads:
         # Same thread count for every peer; idle OpenMP workers (torch) sleep instead of spinning.
         env = dict(os.environ, TVM_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t), OMP_WAIT_POLICY="PASSIVE")
-        # TVM 0.27's workers go to sleep right after each call, so back-to-back calls pay a
-        # thread wake-up (measured: 28x28 3x3 pool 0.068 ms instead of 0.032 ms at 2 threads).
-        # onnxruntime's workers spin between calls by default; give TVM's (both TVM peers) a
-        # comparable spin, ~50 ms here, well inside _settle's pause between peers.
-        env.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(TVM_SPIN_COUNT))
+        # TVM's thread pool as a user gets it: its default spin count, and its workers unpinned,
+        # which importing tvm_pool sets for the whole process (tvm_pool/thread_pool.py; stock
+        # TVM's peer shares the process, but its pools run on one thread anyway).
+        env.setdefault(BIND_THREADS_VARIABLE, "0")
         cmd = [sys.executable, "-m", "tvm_pool.bench", "--child", "--threads", str(t), "--repeat", str(repeat)]
         if args.quick:
             cmd.append("--quick")
