@@ -22,7 +22,7 @@ import tvm_pool
 from tvm_pool import tuning
 from tvm_pool.targets import resolve_target
 
-from .runner import build_model, workloads
+from .runner import RESULTS_DIR, build_model, workloads
 
 # Pooling layers of common CNNs not already in the benchmark (NCHW, float32, batch 1).
 CNN_POOLS = [
@@ -67,6 +67,83 @@ def pool_models():
         yield name, _pool_model(name, op, shape, attrs)
 
 
+def prune_pooling(log_dir: str) -> int:
+    """Drop the pooling records from a log (before re-tuning pools: records of one task
+    measured in different sessions must not compete). Returns how many were dropped."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    from unittest import mock  # pylint: disable=import-outside-toplevel
+
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    names = ("database_workload.json", "database_tuning_record.json")
+    old = ms.database.JSONDatabase(*(os.path.join(log_dir, n) for n in names), allow_missing=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        new = ms.database.JSONDatabase(*(os.path.join(tmp, n) for n in names), allow_missing=True)
+        dropped = 0
+        with mock.patch.object(tuning, "SHIPPED_POOLING_RECORDS", False):
+            for record in old.get_all_tuning_records():
+                if tuning._is_pooling(record.workload.mod):  # pylint: disable=protected-access
+                    dropped += 1
+                    continue
+                workload = new.commit_workload(record.workload.mod)
+                new.commit_tuning_record(ms.database.TuningRecord(
+                    record.trace, workload, record.run_secs, record.target, record.args_info))
+        for n in names:
+            shutil.copyfile(os.path.join(tmp, n), os.path.join(log_dir, n))
+    return dropped
+
+
+def verify_pools(target, log_dir: str, out_dir: str, rounds: int = 7, calls: int = 20) -> list[dict]:
+    """Time every benchmark workload with the log's pooling records applied against the
+    hand-written schedule, interleaved in one process (median of ``rounds`` x ``calls``), and
+    write ``tuned_pools.{json,md}`` under ``out_dir``: the check that a tuned pool is never
+    slower than the default."""
+    import json  # pylint: disable=import-outside-toplevel
+    from unittest import mock  # pylint: disable=import-outside-toplevel
+
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    from .runner import make_input  # pylint: disable=import-outside-toplevel
+
+    rows = []
+    for w in workloads(quick=False):
+        mod = tvm_pool.from_onnx(build_model(w))
+        with mock.patch.object(tuning, "SHIPPED_POOLING_RECORDS", True):
+            tuned = tvm_pool.compile(mod, target, tuning_logs=[log_dir], shipped_logs=False)
+            applied = [r for _, r in tuning.records_for(mod, target, [log_dir], shipped=False) if r != "none"]
+        hand = tvm_pool.compile(mod, target, shipped_logs=False)
+        arg = tvm.runtime.tensor(make_input(w))
+        runs = {name: relax.VirtualMachine(ex, tvm.cpu())["main"] for name, ex in (("hand", hand), ("tuned", tuned))}
+        samples = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, fn in runs.items():
+                fn(arg)
+                for _ in range(calls):
+                    start = time.perf_counter()
+                    fn(arg)
+                    samples[name].append(time.perf_counter() - start)
+        hand_ms, tuned_ms = (float(np.median(samples[n])) * 1e3 for n in ("hand", "tuned"))
+        rows.append({"workload": w.name, "hand_ms": hand_ms, "tuned_ms": tuned_ms, "speedup": hand_ms / tuned_ms,
+                     "record": applied[0] if applied else "none"})
+        print(f"{w.name}: hand {hand_ms:.4f} ms, tuned {tuned_ms:.4f} ms ({rows[-1]['record']})", flush=True)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tuned_pools.json"), "w", encoding="utf-8") as fh:
+        json.dump({"target": str(target), "log_dir": log_dir, "threads": os.environ.get("TVM_NUM_THREADS"),
+                   "rows": rows}, fh, indent=1)
+    lines = [f"# Tuned pooling records vs the hand-written schedule ({tuning.target_family(target)}, "
+             f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'all')})", "",
+             f"median of {rounds} x {calls} calls each, interleaved; speedup = hand / tuned", "",
+             "| workload | hand-written ms | tuned ms | speedup | record |", "|---|---|---|---|---|"]
+    lines += [f"| {r['workload']} | {r['hand_ms']:.4f} | {r['tuned_ms']:.4f} | {r['speedup']:.2f}x | {r['record']} |"
+              for r in rows]
+    with open(os.path.join(out_dir, "tuned_pools.md"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return rows
+
+
 def squeezenet_path() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
 
@@ -80,7 +157,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="host")
     parser.add_argument("--log-dir", help="default: tuning_logs/<family> of the target")
-    parser.add_argument("--what", nargs="+", default=["demo", "squeezenet", "pools"])
+    parser.add_argument("--what", nargs="+", default=["demo", "squeezenet", "pools"],
+                        help="demo, squeezenet, pools (tune), verify (tuned pools vs hand-written, timed)")
     parser.add_argument("--trials-demo", type=int, default=64)
     parser.add_argument("--trials-squeezenet", type=int, default=300)
     parser.add_argument("--budget-squeezenet", type=float, default=None, help="seconds")
@@ -97,11 +175,14 @@ def main(argv=None) -> int:
             tvm_pool.tune(mod, target, trials=args.trials_squeezenet, log_dir=log_dir, source="light_squeezenet.onnx",
                           time_budget_s=args.budget_squeezenet)
         elif what == "pools":
+            print(f"dropped {prune_pooling(log_dir)} old pooling records", flush=True)
             for name, model in pool_models():
                 try:
                     tvm_pool.tune(tvm_pool.from_onnx(model), target, trials=0, log_dir=log_dir, source=f"pool:{name}")
                 except Exception as err:  # pylint: disable=broad-except
                     print(f"{name}: skipped ({type(err).__name__}: {str(err).splitlines()[0][:200]})", flush=True)
+        elif what == "verify":
+            verify_pools(target, log_dir, RESULTS_DIR)
         print(f"== {what} for {tuning.target_family(target)}: {time.time() - start:.0f} s", flush=True)
     return 0
 
