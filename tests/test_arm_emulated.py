@@ -1,7 +1,8 @@
 """The arm target, run: every pooling operator and dtype compiled with `--target arm`, run on the
 emulated aarch64 device (qemu-aarch64 + Debian's arm64 Python + the aarch64 TVM wheel, see
 tvm_pool/emulation.py) and compared with onnxruntime on the host; the deploy examples (Python
-runtime-only, C++ cross-compiled) under emulation; the instruction counter.
+runtime-only, C++ cross-compiled) under emulation; the instruction counter; tuning for aarch64
+through TVM's RPC tracker with the emulated device as the board.
 
 Oracles: onnxruntime where it runs the node (MaxPool/AveragePool/LpPool/global pools/MaxUnpool in
 its dtypes), else tvm_pool's unscheduled compute built for this machine (custom-domain adaptive
@@ -16,6 +17,7 @@ qemu and no root to install it, or the registries unreachable).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -302,7 +304,7 @@ def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, caps
     from tvm import rpc
     from tvm.s_tir import meta_schedule as ms
 
-    from tvm_pool import cli
+    from tvm_pool import cli, tuning
 
     model = conv_pool_model()
     path = tmp_path / "conv_pool.onnx"
@@ -326,10 +328,12 @@ def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, caps
             mod = tvm_pool.from_onnx(model)
             database = ms.database.JSONDatabase(work_dir=str(log_dir))
             for task in tasks(mod, target):
-                workload = database.commit_workload(task.dispatched[0])
-                top = database.get_top_k(workload, 1)
+                assert database.has_workload(task.dispatched[0]), task.task_name
+                top = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
                 assert top and top[0].run_secs, task.task_name  # measured on the board
             assert_applied(mod, str(log_dir), target)
+            run = json.loads((log_dir / tuning.META_FILE).read_text())["runs"][-1]
+            assert run["rpc"] is True and "qemu-aarch64" in run["emulated"]
 
             so = tmp_path / "conv_pool_arm.so"
             _compile_arm(model, so, tuning_logs=[str(log_dir)], shipped_logs=False)
