@@ -1,7 +1,8 @@
 """The arm target, run: every pooling operator and dtype compiled with `--target arm`, run on the
 emulated aarch64 device (qemu-aarch64 + Debian's arm64 Python + the aarch64 TVM wheel, see
 tvm_pool/emulation.py) and compared with onnxruntime on the host; the deploy examples (Python
-runtime-only, C++ cross-compiled) under emulation; the instruction counter.
+runtime-only, C++ cross-compiled) under emulation; the instruction counter; tuning for aarch64
+through TVM's RPC tracker with the emulated device as the board.
 
 Oracles: onnxruntime where it runs the node (MaxPool/AveragePool/LpPool/global pools/MaxUnpool in
 its dtypes), else tvm_pool's unscheduled compute built for this machine (custom-domain adaptive
@@ -16,6 +17,7 @@ qemu and no root to install it, or the registries unreachable).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +37,7 @@ from tvm_pool.targets import resolve_target
 
 from oracles import IR_VERSION, pool_model, run_onnxruntime, run_tvm_pool
 from test_deploy import assert_matches, compile_demo, run_cpp_example
+from tuning_helpers import assert_applied, conv_pool_model, free_port, host_processes, start_tracker, tasks, wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
 CROSS_CXX = "aarch64-linux-gnu-g++"
@@ -167,11 +170,11 @@ def _tolerance(dtype):
     return {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}.get(str(dtype), (1e-5, 1e-6))
 
 
-def _compile_arm(model, path):
+def _compile_arm(model, path, **compile_kwargs):
     target = resolve_target("arm")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ex = tvm_pool.compile(tvm_pool.from_onnx(model), target)
+        ex = tvm_pool.compile(tvm_pool.from_onnx(model), target, **compile_kwargs)
     ex.export_library(str(path), fcompile=export_compiler(target))
 
 
@@ -266,25 +269,76 @@ def test_cpp_example_cross_compiled_on_emulated_aarch64(device, demo_arm):
 
 def test_rpc_server_under_qemu(device, tmp_path):
     """The emulated board as a TVM RPC device: upload an arm artifact, run it remotely."""
-    import socket
+    from tvm import rpc
 
-    import tvm
-    from tvm import relax, rpc
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     model = _graph([helper.make_node("MaxPool", ["X"], ["Y"], **S2)], [1, 8, 16, 16])
     so = tmp_path / "pool_arm.so"
     _compile_arm(model, so)
     x = _input([1, 8, 16, 16], "float32", 30)
     emulation.rpc_start(port)
     try:
-        remote = rpc.connect("127.0.0.1", port, session_timeout=240)
-        remote.upload(str(so))
-        dev = remote.cpu()
-        vm = relax.VirtualMachine(remote.load_module(so.name), dev)
-        got = vm["main"](tvm.runtime.tensor(x, dev)).numpy()
+        got = _run_remote(rpc.connect("127.0.0.1", port, session_timeout=240), so, x)
     finally:
         assert emulation.rpc_stop(port)
     np.testing.assert_array_equal(got, run_onnxruntime(model, {"X": x})[0])
+
+
+def _run_remote(remote, so, x):
+    """Upload the module ``so`` through the RPC session ``remote``, run its main on ``x`` there."""
+    import tvm
+    from tvm import relax
+
+    remote.upload(str(so))
+    dev = remote.cpu()
+    vm = relax.VirtualMachine(remote.load_module(so.name), dev)
+    return vm["main"](tvm.runtime.tensor(x, dev)).numpy()
+
+
+def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, capsys):
+    """Issue 13's flow for a new device: TVM's RPC tracker on the host, the emulated board's RPC
+    server registered with it, `tvm-pool tune --target arm --rpc-tracker ... --rpc-key ...`
+    (cross-compiled candidates, uploaded and timed on the board; the timings are emulated and
+    the command says so). The log is TVM's JSONDatabase with records for every task; the
+    model compiled with it runs on the board and matches onnxruntime."""
+    from tvm import rpc
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_pool import cli, tuning
+
+    model = conv_pool_model()
+    path = tmp_path / "conv_pool.onnx"
+    onnx.save(model, path)
+    log_dir = tmp_path / "log"
+    key = "tvm-pool-aarch64"
+    server_port = free_port()
+    with host_processes() as start:
+        port = start_tracker(start)
+        emulation.rpc_start(server_port, tracker=f"127.0.0.1:{port}", key=key)
+        try:
+            wait_for_server(port, key)
+            assert cli.main(["tune", str(path), "--target", "arm", "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key,
+                             "--trials", "4", "--log-dir", str(log_dir)]) == 0
+            out, err = capsys.readouterr()
+            assert out.startswith(f"wrote {log_dir}: 2 tasks"), out
+            assert "note: measured on qemu-aarch64 user-mode emulation" in out and "timings are emulated" in out, out
+            assert "measuring through the RPC tracker on qemu-aarch64" in err, err
+
+            target = resolve_target("arm")
+            mod = tvm_pool.from_onnx(model)
+            database = ms.database.JSONDatabase(work_dir=str(log_dir))
+            for task in tasks(mod, target):
+                assert database.has_workload(task.dispatched[0]), task.task_name
+                top = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
+                assert top and top[0].run_secs, task.task_name  # measured on the board
+            assert_applied(mod, str(log_dir), target)
+            run = json.loads((log_dir / tuning.META_FILE).read_text())["runs"][-1]
+            assert run["rpc"] is True and "qemu-aarch64" in run["emulated"]
+
+            so = tmp_path / "conv_pool_arm.so"
+            _compile_arm(model, so, tuning_logs=[str(log_dir)], shipped_logs=False)
+            x = _input([1, 3, 16, 16], "float32", 31)
+            got = _run_remote(rpc.connect_tracker("127.0.0.1", port).request(key, session_timeout=240), so, x)
+        finally:
+            assert emulation.rpc_stop(server_port)
+    np.testing.assert_allclose(got, run_onnxruntime(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

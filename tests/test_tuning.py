@@ -6,10 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 import warnings
 
 import numpy as np
@@ -21,34 +17,16 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 import tvm_pool
-from tvm_pool import lowering, tuning
+from tvm_pool import tuning
+from tvm_pool.errors import TvmPoolError
 from tvm_pool.schedules import meta_schedule as ms_rules
 from tvm_pool.schedules import x86
 from tvm_pool.targets import resolve_target
 
+from tuning_helpers import assert_applied, conv_pool_model, free_port, host_processes, start_tracker, tasks, wait_for_server
+
 TARGET = resolve_target("host")
 pytestmark = pytest.mark.skipif(not x86.is_x86(TARGET), reason="the shipped design space is x86's")
-
-
-def conv_pool_model(size=16):
-    """Conv -> Relu -> MaxPool (3x3 s2 p1): one convolution task, one pooling task."""
-    rng = np.random.default_rng(0)
-    weight = helper.make_tensor("W", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype("float32"))
-    nodes = [
-        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-    ]
-    out = (size + 1) // 2
-    graph = helper.make_graph(
-        nodes, "conv_pool",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, out, out])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    model.ir_version = 10  # onnxruntime 1.31 refuses onnx 1.23's IR version 14
-    return model
 
 
 def pool_mod(kind="max", shape=(1, 8, 20, 20), relu=True, **kwargs):
@@ -77,10 +55,6 @@ def _run_prim(mod, inputs):
     return [a.numpy() for a in args[len(inputs):]]
 
 
-def _tasks(mod):
-    return list(ms.relax_integration.extract_tasks(lowering.fuse(mod, TARGET), TARGET))
-
-
 @pytest.mark.parametrize(
     "kind, kwargs",
     [
@@ -92,7 +66,7 @@ def _tasks(mod):
 )
 def test_pool_design_space_has_hand_written_first_and_is_bit_exact(kind, kwargs):
     mod = pool_mod(kind, **kwargs)
-    task = next(t for t in _tasks(mod) if "pool" in t.task_name)
+    task = next(t for t in tasks(mod, TARGET) if "pool" in t.task_name)
     task_mod = task.dispatched[0]
     cands = ms_rules.pool_candidates(task_mod, TARGET)
     assert len(cands) >= 2
@@ -110,18 +84,6 @@ def test_pool_design_space_has_hand_written_first_and_is_bit_exact(kind, kwargs)
         replay = tvm.s_tir.Schedule(task_mod)
         sch.trace.apply_to_schedule(replay, remove_postproc=False)
         assert tvm_ffi.structural_equal(replay.mod, sch.mod), label
-
-
-def _assert_applied(mod, log_dir):
-    """compile's pipeline puts the database's best schedule of every task into the module."""
-    database = tuning.load_logs(TARGET, [log_dir], shipped=False)
-    assert database is not None
-    lowered = lowering.pipeline(TARGET, database=database)(mod)
-    funcs = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    for task in _tasks(mod):
-        best = database.query_ir_module(task.dispatched[0], TARGET, "main")
-        assert best is not None, task.task_name
-        assert any(tvm_ffi.structural_equal(f.body, best["main"].body) for f in funcs), task.task_name
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +114,7 @@ def test_tune_writes_a_database_tvm_reads(tuned):
 
 def test_compile_applies_the_tuned_records(tuned):
     mod, log_dir, _, _ = tuned
-    _assert_applied(mod, log_dir)
+    assert_applied(mod, log_dir, TARGET)
     x = np.random.default_rng(2).standard_normal([1, 8, 20, 20]).astype("float32")
     outs = []
     for kwargs in (dict(tuning_logs=[log_dir], shipped_logs=False), dict(schedule=False)):
@@ -174,7 +136,7 @@ def test_tune_searches_convolutions(tmp_path):
     search = next(t for t in result.tasks if t.kind == "search")
     assert search.trials >= 4 and search.best_ms is not None
     assert any(l.startswith("[task 1/1]") and "trials" in l and "ETA" in l for l in lines), lines
-    _assert_applied(mod, str(tmp_path))
+    assert_applied(mod, str(tmp_path), TARGET)
 
 
 def _copy(log_dir, tmp_path, name):
@@ -239,59 +201,31 @@ def test_target_families():
     assert tuning.target_family("arm") == "aarch64-neon"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_tune_through_the_rpc_tracker(tmp_path):
     """python -m tvm.exec.rpc_tracker + rpc_server on 127.0.0.1; the builder exports a shared
-    object (the device needs no compiler); a pooling model is measured on the server."""
-    port, server_port = _free_port(), _free_port()
+    object (the device needs no compiler); Conv -> Relu -> MaxPool is measured on the server:
+    the pool exhaustively, the convolution by MetaSchedule's evolutionary search (4 trials)."""
     key = "tvm-pool-test"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    procs = []
-    try:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
-             "--port-end", str(port + 1)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port), "--port-end", str(server_port + 1),
-             "--tracker", f"127.0.0.1:{port}", "--key", key],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
-        from tvm import rpc  # pylint: disable=import-outside-toplevel
-
-        deadline = time.time() + 120
-        while True:
-            try:
-                if rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]:
-                    break
-            except Exception:  # pylint: disable=broad-except
-                pass
-            assert time.time() < deadline, "RPC server did not register with the tracker"
-            time.sleep(1)
-        mod = pool_mod("max", pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    with host_processes() as start:
+        port = start_tracker(start)
+        server_port = free_port()
+        start(["-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", server_port, "--port-end", server_port + 1,
+               "--tracker", f"127.0.0.1:{port}", "--key", key])
+        wait_for_server(port, key)
+        with pytest.raises(TvmPoolError, match=f"no RPC server with key 'nobody' .*registered: '{key}'"):
+            tuning.rpc_device({"tracker": f"127.0.0.1:{port}", "key": "nobody"})
+        mod = tvm_pool.from_onnx(conv_pool_model())
         log_dir = str(tmp_path / "rpc")
         result = tvm_pool.tune(
-            mod, "host", trials=0, log_dir=log_dir, rpc={"tracker": f"127.0.0.1:{port}", "key": key},
+            mod, "host", trials=4, log_dir=log_dir, rpc={"tracker": f"127.0.0.1:{port}", "key": key},
             progress=lambda _line: None,
         )
-        (pool,) = result.tasks
-        assert pool.best_ms is not None and pool.best_ms > 0
-        assert json.load(open(os.path.join(log_dir, tuning.META_FILE)))["runs"][-1]["rpc"] is True
-        assert tuning.load_logs(TARGET, [log_dir], shipped=False) is not None
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    assert {t.kind for t in result.tasks} == {"pool", "search"}
+    assert all(t.best_ms is not None and t.best_ms > 0 for t in result.tasks), result.tasks
+    assert result.emulated is None  # a real device: no "emulated" note
+    run = json.load(open(os.path.join(log_dir, tuning.META_FILE)))["runs"][-1]
+    assert run["rpc"] is True and "emulated" not in run
+    assert_applied(mod, log_dir, TARGET)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +267,8 @@ def test_cli_tune_compile_inspect(tmp_path, capsys):
         (["tune", "MODEL", "--trials", "-1"], "--trials must be >= 0"),
         (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:9190"], "go together"),
         (["tune", "MODEL", "--rpc-tracker", "nohost", "--rpc-key", "k"], "invalid RPC tracker"),
+        (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:1", "--rpc-key", "k"], "RPC tracker 127.0.0.1:1 does not answer"),
+        (["tune", "MODEL", "--target", "arm"], "not this machine's CPU"),
         (["tune", "MODEL", "--log-dir", "/nonexistent/dir/log"], "does not exist"),
         (["tune", "MODEL", "--target", "nonsense"], "unknown target"),
         (["compile", "MODEL", "--tuning-log", "/nonexistent/log"], "not a directory"),

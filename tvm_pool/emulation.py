@@ -59,6 +59,10 @@ PLUGIN_SOURCE = Path(__file__).resolve().parent / "qemu_plugin" / "insn_count.c"
 # The syscall number the guest issues to mark a point in the instruction count (unused on
 # aarch64 Linux: qemu answers ENOSYS; the plugin's syscall callback records the count).
 MARK_SYSCALL = 4000
+# The global function an RPC server started by rpc_start registers on the device: it returns
+# what the device is, so that a tuning run through a tracker can say its timings are emulated.
+EMULATED_DEVICE_FUNC = "tvm_pool.emulated_device"
+EMULATED_DEVICE = "qemu-aarch64 user-mode emulation (tvm_pool.emulation): timings are emulated, not the hardware's"
 
 
 class EmulationError(RuntimeError):
@@ -358,7 +362,8 @@ def rpc_start(port: int = 9190, *, host: str = "127.0.0.1", tracker: str | None 
     """Start ``python -m tvm.exec.rpc_server`` on the device (background); returns its pid.
 
     Without ``tracker`` it listens on ``host:port`` (connect with ``tvm.rpc.connect``); with a
-    ``tracker`` (``HOST:PORT``) it registers under ``key``, like a board in a farm."""
+    ``tracker`` (``HOST:PORT``) it registers under ``key``, like a board in a farm. Its sessions
+    answer ``EMULATED_DEVICE_FUNC`` (``tvm-pool tune`` then says its timings are emulated)."""
     cache = Path(cache) if cache else cache_dir()
     device = build(cache, quiet=quiet)
     server_args = ["--host", host, "--port", str(port), "--port-end", str(port + 1)]
@@ -366,7 +371,15 @@ def rpc_start(port: int = 9190, *, host: str = "127.0.0.1", tracker: str | None 
         server_args += ["--tracker", tracker, "--key", key]
     # The server runs each session in a child Python (sys.executable). Without binfmt the host
     # cannot exec the aarch64 interpreter directly: the child goes through the wrapper script.
-    launcher = ("import runpy, sys; sys.executable = sys.argv[1]; sys.argv = ['rpc_server'] + sys.argv[2:]; "
+    # The sessions are forked from the server's process, which TVM starts as a fresh Python:
+    # EMULATED_DEVICE_FUNC is registered there through Server's server_init_callback (which
+    # tvm.exec.rpc_server does not expose, hence the partial).
+    launcher = ("import functools, runpy, sys; from tvm import rpc; sys.executable = sys.argv[1]; "
+                "sys.argv = ['rpc_server'] + sys.argv[2:]\n"
+                "def mark():\n"
+                "    import tvm\n"
+                f"    tvm.register_global_func({EMULATED_DEVICE_FUNC!r}, lambda: {EMULATED_DEVICE!r}, override=True)\n"
+                "rpc.Server = functools.partial(rpc.Server, server_init_callback=mark)\n"
                 "runpy.run_module('tvm.exec.rpc_server', run_name='__main__', alter_sys=True)")
     args = ["-c", launcher, str(device.wrapper), *server_args]
     log = cache / "rpc" / f"server-{port}.log"

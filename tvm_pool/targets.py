@@ -24,13 +24,50 @@ def host_cpu() -> str:
 
 
 def host_target() -> Target:
-    return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": _num_cores()})
+    return Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": num_cores()})
 
 
-def _num_cores() -> int:
+def num_cores() -> int:
+    """The cores this process may run on."""
     import os
 
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def foreign_triple(target: Target) -> str | None:
+    """The LLVM triple of ``target``'s CPU code (a CUDA target's host) when it names another CPU
+    than this machine's, else None: such code is cross-compiled and cannot run here."""
+    import platform
+
+    host = target.host if target.kind.name == "cuda" and target.host is not None else target
+    triple = str(host.attrs["mtriple"]) if "mtriple" in host.attrs and host.attrs["mtriple"] else None
+    if not triple:
+        return None
+    arch = _ARCH_ALIASES.get(triple.split("-")[0], triple.split("-")[0])
+    return None if arch == _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower()) else triple
+
+
+def export_compiler(target: Target):
+    """``fcompile`` for export_library: None for this machine, a cross g++ for another CPU.
+
+    A missing cross toolchain is a TvmPoolError saying what to install."""
+    import shutil
+
+    triple = foreign_triple(target)
+    if triple is None:
+        return None
+    compiler = f"{triple}-g++"
+    if shutil.which(compiler) is None:
+        raise TvmPoolError(
+            f"cross compiler {compiler} not found (needed for target {triple}); install it with: apt-get install g++-{triple}"
+        )
+    from tvm.support import cc  # pylint: disable=import-outside-toplevel
+
+    # The triple query must ask the cross compiler too (the default asks the host's g++).
+    return cc.cross_compiler(compiler, get_target_triple=cc.get_target_by_dump_machine(compiler))
 
 
 def resolve_target(target) -> Target:

@@ -27,9 +27,13 @@ replay on its workload is dropped. Nothing in a log can fail a build.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import importlib
+import importlib.util
 import json
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field
 import tvm
 
 from .errors import TvmPoolError
-from .targets import resolve_target
+from .targets import export_compiler, foreign_triple, num_cores, resolve_target
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -469,13 +473,13 @@ class TuneResult:
     tasks: list
     seconds: float
     trials: int
+    emulated: str | None = None  # measured on the emulated device (RpcDevice.emulated): not hardware time
 
 
-def _export_so(rt_mod, triple=None) -> str:
-    """Builder export: a shared object made with the target's toolchain (a cross g++ when the
-    target's triple is another CPU's), so a device needs no compiler, only TVM's runtime."""
+def _export_so(rt_mod, fcompile) -> str:
+    """Builder export: a shared object made with the target's toolchain (``fcompile``, a cross
+    g++ for another CPU), so a device needs no compiler, only TVM's runtime."""
     path = os.path.join(tempfile.mkdtemp(prefix="tvm_pool_tune_"), "tvm_tmp_mod.so")
-    fcompile = _cross_compiler(triple)
     if fcompile is None:
         rt_mod.export_library(path)
     else:
@@ -483,27 +487,7 @@ def _export_so(rt_mod, triple=None) -> str:
     return path
 
 
-def _cross_compiler(triple):
-    """None for this machine's CPU, else ``<triple>-g++`` (a TvmPoolError naming the package
-    to install when it is missing)."""
-    import platform  # pylint: disable=import-outside-toplevel
-    import shutil  # pylint: disable=import-outside-toplevel
-
-    if not triple:
-        return None
-    alias = {"amd64": "x86_64", "arm64": "aarch64"}
-    arch = alias.get(triple.split("-")[0], triple.split("-")[0])
-    if arch == alias.get(platform.machine().lower(), platform.machine().lower()):
-        return None
-    compiler = f"{triple}-g++"
-    if shutil.which(compiler) is None:
-        raise TvmPoolError(f"cross compiler {compiler} not found (needed for target {triple}); install it with: apt-get install g++-{triple}")
-    from tvm.support import cc  # pylint: disable=import-outside-toplevel
-
-    return cc.cross_compiler(compiler, get_target_triple=cc.get_target_by_dump_machine(compiler))
-
-
-def _in_process_builder(triple):
+def _in_process_builder(fcompile):
     """A builder that builds in this process. MetaSchedule's LocalBuilder starts fresh worker
     processes for every batch, each importing TVM (7-11 s on a loaded 2-core machine), and its
     per-candidate timeout then counts the import: measured here, 6 pooling candidates took
@@ -525,7 +509,7 @@ def _in_process_builder(triple):
                     # (54-180 s on this loaded machine; float schedules use no tensor intrinsics)
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(item.mod)
                     rt_mod = tvm.tirx.build(mod, target=item.target)
-                    results.append(BuilderResult(_export_so(rt_mod, triple), None))
+                    results.append(BuilderResult(_export_so(rt_mod, fcompile), None))
                 except Exception as err:  # pylint: disable=broad-except
                     results.append(BuilderResult(None, f"InProcessBuilder: {_short(err)}"))
             return results
@@ -595,6 +579,81 @@ def rpc_config(rpc):
     )
 
 
+@dataclass
+class RpcDevice:
+    """What :func:`rpc_device` learnt from the device behind the tracker."""
+
+    threads: int  # TVM's thread count there: the target's num-cores when it names none
+    emulated: str | None = None  # the emulated device's description; None for real hardware
+
+
+def rpc_device(rpc) -> RpcDevice:
+    """Check the tracker and the device before tuning, and ask the device what it is.
+
+    MetaSchedule's runner waits on the tracker for every candidate, so a tracker that does not
+    answer, or has no server under the key, fails here in one line (TvmPoolError) instead. One
+    session is then opened: an RPC server started by :mod:`tvm_pool.emulation` answers
+    ``EMULATED_DEVICE_FUNC`` with a description of the emulation (its timings are not the
+    hardware's); a real device has no such function."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    from tvm import rpc as tvm_rpc  # pylint: disable=import-outside-toplevel
+
+    from .emulation import EMULATED_DEVICE_FUNC  # pylint: disable=import-outside-toplevel
+
+    config = rpc_config(rpc)
+    where = f"{config.tracker_host}:{config.tracker_port}"
+    try:
+        # TVM's own connect retries a refused connection for 60 s
+        socket.create_connection((config.tracker_host, config.tracker_port), timeout=10).close()
+        summary = tvm_rpc.connect_tracker(config.tracker_host, config.tracker_port).summary()
+    except Exception as err:  # pylint: disable=broad-except
+        raise TvmPoolError(f"RPC tracker {where} does not answer: {_short(err)}") from None
+    keys = sorted({str(item.get("key", "")).partition(":")[2] for item in summary.get("server_info", [])})
+    if config.tracker_key not in keys:
+        raise TvmPoolError(
+            f"no RPC server with key {config.tracker_key!r} on the tracker {where} "
+            f"(registered: {', '.join(map(repr, keys)) or 'none'})"
+        )
+    session = config.connect_server()
+    device = RpcDevice(threads=int(session.get_function("runtime.NumThreads")()))
+    try:
+        device.emulated = str(session.get_function(EMULATED_DEVICE_FUNC)())
+    except AttributeError:  # real hardware
+        pass
+    return device
+
+
+def _with_num_cores(target, cores: int):
+    """``target`` with ``num-cores`` (MetaSchedule's CPU rules refuse a target without it, and
+    the aliases "arm" and "x86" name none: the device's count is known only when tuning)."""
+    if target.kind.name != "llvm" or "num-cores" in target.attrs:
+        return target
+    return tvm.target.Target({**_target_json(target), "num-cores": int(cores)})
+
+
+def _rpc_alloc_argument(session, device, args_info, alloc_repeat):
+    """RPCRunner's ``f_alloc_argument``. MetaSchedule's default fills the inputs on the device
+    with ``tvm.contrib.random.random_fill_for_measure``, which TVM's runtime-only library (all a
+    device without a compiler has, e.g. the aarch64 wheel's) lacks: there they are filled here
+    by the same function and copied to the device."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+    name = "tvm.contrib.random.random_fill_for_measure"
+    try:
+        fill = session.get_function(name)
+    except AttributeError:
+        fill_here = tvm.get_global_func(name)
+
+        def fill(tensor):
+            host = tvm.runtime.empty(tensor.shape, tensor.dtype, tvm.cpu())
+            fill_here(host)
+            host.copyto(tensor)
+
+    return alloc_argument_common(fill, device, args_info, alloc_repeat)
+
+
 # Settings for a small machine (2 cores): measured in the README's Tune section.
 EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)
 SEARCH = dict(
@@ -607,10 +666,6 @@ SEARCH = dict(
     genetic_max_fail_count=5,
     eps_greedy=0.05,
 )
-
-
-def _workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 def _fmt_secs(secs: float) -> str:
@@ -637,13 +692,13 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     tasks are searched exhaustively on top). ``log_dir``: where the database goes (default
     ``./tuning_logs/<family>``); an existing log there is extended. ``rpc``: measure on a
     device registered with TVM's RPC tracker, ``{"tracker": "HOST:PORT", "key": KEY}``; the
-    builder then cross-compiles with the target's toolchain. ``progress``: a callable taking
+    builder then cross-compiles with the target's toolchain (required for another CPU's target),
+    and :func:`rpc_device` checks the tracker first (``TuneResult.emulated`` says when the device
+    is :mod:`tvm_pool.emulation`'s, whose timings are not hardware time). ``progress``: a callable taking
     one line (default: print to stderr). ``time_budget_s``: stop the search after this long
     (the trials measured so far are in the log).
     """
     # pylint: disable=import-outside-toplevel
-    import sys
-
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -659,6 +714,16 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     target = resolve_target(target)
     if trials < 0:
         raise TvmPoolError(f"--trials must be >= 0, got {trials}")
+    # Everything that can fail in one line fails before anything is written or slow.
+    fcompile = export_compiler(target)  # a missing cross toolchain
+    if not rpc and foreign_triple(target):
+        raise TvmPoolError(
+            f"target {foreign_triple(target)} is not this machine's CPU: its candidates cannot be measured here; "
+            "measure them on the device through TVM's RPC tracker (tvm-pool tune --rpc-tracker HOST:PORT --rpc-key KEY)"
+        )
+    device = rpc_device(rpc) if rpc else None
+    emulated = device.emulated if device else None
+    target = _with_num_cores(target, device.threads if device else num_cores())
     log_dir = log_dir or os.path.join("tuning_logs", target_family(target))
     os.makedirs(log_dir, exist_ok=True)
     schedules.register_meta_schedule_rules()
@@ -677,17 +742,16 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
         f"tuning {source or 'model'} for {target_family(target)} ({target.attrs.get('mcpu', target.kind.name)}): "
         f"{len(tasks)} tasks, {len(pool_tasks)} pooling (exhaustive, "
         f"{sum(len(c) for _, c in pool_tasks)} candidates), {len(search_tasks)} searched with {trials} trials"
-        + (f", measuring through the RPC tracker" if rpc else "")
+        + (", measuring through the RPC tracker" if rpc else "")
+        + (f" on {device.emulated}" if device and device.emulated else "")
     )
 
-    workers = _workers()
-    triple = str(target.attrs.get("mtriple", "") or "") or None
-    if target.kind.name == "cuda":
-        triple = None
-    builder = _in_process_builder(triple)
+    workers = num_cores()
+    builder = _in_process_builder(fcompile)
     evaluator = EvaluatorConfig(**EVALUATOR)
     if rpc:
-        runner = RPCRunner(rpc_config=rpc_config(rpc), evaluator_config=evaluator, max_workers=1)
+        runner = RPCRunner(rpc_config=rpc_config(rpc), evaluator_config=evaluator, max_workers=1,
+                           f_alloc_argument=_rpc_alloc_argument)
     else:
         runner = _in_process_runner(evaluator, on_batch=lambda n: _count(n))
     database = JSONDatabase(work_dir=log_dir)
@@ -752,24 +816,25 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
         per_iter = trials_per_iter or max(4, min(64, trials // max(2 * len(search_tasks), 1)))
         measuring.update(total=trials, start=time.time())
         contexts, weights = [], []
-        for offset, (task, _) in enumerate(search_tasks):
-            contexts.append(
-                ms.TuneContext(
-                    mod=task.dispatched[0],
-                    target=target,
-                    space_generator="post-order-apply",
-                    search_strategy=ms.search_strategy.EvolutionarySearch(**SEARCH),
-                    task_name=task.task_name,
-                    rand_state=-1 if seed is None else seed + offset,
-                    num_threads=workers,
-                ).clone()
-            )
-            weights.append(float(task.weight))
+        with _cpu_tensor_intrin(target):
+            for offset, (task, _) in enumerate(search_tasks):
+                contexts.append(
+                    ms.TuneContext(
+                        mod=task.dispatched[0],
+                        target=target,
+                        space_generator="post-order-apply",
+                        search_strategy=ms.search_strategy.EvolutionarySearch(**SEARCH),
+                        task_name=task.task_name,
+                        rand_state=-1 if seed is None else seed + offset,
+                        num_threads=workers,
+                    ).clone()
+                )
+                weights.append(float(task.weight))
         search_results = {i: TaskResult(t.task_name, "search") for i, (t, _) in enumerate(search_tasks)}
         callback, state = _progress_callback(search_results, trials, say, deadline)
         try:
             ms.tune.tune_tasks(
-            tasks=contexts,
+                tasks=contexts,
                 task_weights=weights,
                 work_dir=log_dir,
                 max_trials_global=trials,
@@ -785,7 +850,8 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
         except BaseException:  # the time budget or Ctrl-C: what was measured is in the log
             results.extend(search_results.values())
             if not state["stopped"]:
-                _write_meta(log_dir, target, source, trials, sum(r.trials for r in results), time.time() - start, bool(rpc), stopped="interrupted")
+                _write_meta(log_dir, target, source, trials, sum(r.trials for r in results), time.time() - start, bool(rpc), emulated,
+                            stopped="interrupted")
                 raise
             say(f"time budget of {_fmt_secs(time_budget_s)} reached: stopped after {state['done']} trials")
         else:
@@ -795,9 +861,38 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
 
     seconds = time.time() - start
     measured = sum(r.trials for r in results)
-    _write_meta(log_dir, target, source, trials, measured, seconds, bool(rpc), stopped="time budget" if deadline and time.time() >= deadline else None)
+    _write_meta(log_dir, target, source, trials, measured, seconds, bool(rpc), emulated,
+                stopped="time budget" if deadline and time.time() >= deadline else None)
     say(f"wrote {log_dir}: {measured} measurements in {_fmt_secs(seconds)}")
-    return TuneResult(log_dir, describe_target(target), results, seconds, measured)
+    return TuneResult(log_dir, describe_target(target), results, seconds, measured, emulated)
+
+
+_TENSOR_INTRIN = "tvm.s_tir.tensor_intrin"
+# What that package's __init__ imports for LLVM targets, less ROCm's and Hexagon's.
+_CPU_TENSOR_INTRIN = ("x86", "arm_cpu", "riscv_cpu")
+
+
+@contextlib.contextmanager
+def _cpu_tensor_intrin(target):
+    """Register only the CPU tensor intrinsics while tuning a CPU target.
+
+    TuneContext starts with ``import tvm.s_tir.tensor_intrin``, which parses some 500 TVMScript
+    functions for every target: 45-80 s on this loaded 2-core machine, all but ~6 s of it CUDA's
+    and ROCm's. For an LLVM target the CPU modules are imported and the package is entered in
+    ``sys.modules`` without running its ``__init__``, so TuneContext's import finds it; it is
+    taken out afterwards, so that a later import elsewhere still registers the rest."""
+    if target.kind.name != "llvm" or _TENSOR_INTRIN in sys.modules:
+        yield
+        return
+    package = importlib.util.module_from_spec(importlib.util.find_spec(_TENSOR_INTRIN))
+    sys.modules[_TENSOR_INTRIN] = package
+    try:
+        for name in _CPU_TENSOR_INTRIN:
+            importlib.import_module(f"{_TENSOR_INTRIN}.{name}")
+        yield
+    finally:
+        if sys.modules.get(_TENSOR_INTRIN) is package:
+            del sys.modules[_TENSOR_INTRIN]
 
 
 def _ms(value) -> str:
@@ -845,7 +940,7 @@ def _progress_callback(results: dict, total: int, say, deadline=None):
     return _Progress(), state
 
 
-def _write_meta(log_dir, target, source, trials, measured, seconds, remote, stopped=None) -> None:
+def _write_meta(log_dir, target, source, trials, measured, seconds, remote, emulated=None, stopped=None) -> None:
     path = os.path.join(log_dir, META_FILE)
     meta = {}
     if os.path.exists(path):
@@ -864,6 +959,7 @@ def _write_meta(log_dir, target, source, trials, measured, seconds, remote, stop
             "measurements": measured,
             "seconds": round(seconds, 1),
             "rpc": remote,
+            **({"emulated": emulated} if emulated else {}),
             **({"stopped": stopped} if stopped else {}),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }

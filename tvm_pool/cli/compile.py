@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import platform
-import shutil
 
+from ..targets import export_compiler
 from .common import (
     TARGET_HELP,
     CliError,
@@ -26,8 +25,6 @@ from .common import (
 )
 
 NAME = "compile"
-
-_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
 def add_parser(subparsers):
@@ -53,40 +50,6 @@ def add_tuning_options(p) -> None:
         "--no-tuning-logs", action="store_true",
         help="do not apply the tuning logs shipped with tvm_pool for the target",
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Cross compilation.
-# --------------------------------------------------------------------------------------------
-
-
-def _target_triple(target) -> str | None:
-    host = target.host if target.kind.name == "cuda" and target.host is not None else target
-    triple = host.attrs.get("mtriple") if "mtriple" in host.attrs else None
-    return str(triple) if triple else None
-
-
-def export_compiler(target):
-    """``fcompile`` for export_library: None for this machine, a cross g++ for another CPU.
-
-    A missing cross toolchain is a one-line error saying what to install."""
-    triple = _target_triple(target)
-    if not triple:
-        return None
-    arch = _ARCH_ALIASES.get(triple.split("-")[0], triple.split("-")[0])
-    if arch == _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower()):
-        return None
-    compiler = f"{triple}-g++"
-    if shutil.which(compiler) is None:
-        package = f"g++-{triple}"
-        raise CliError(
-            f"cross compiler {compiler} not found (needed for target {triple}); install it with: "
-            f"apt-get install {package}"
-        )
-    from tvm.support import cc  # pylint: disable=import-outside-toplevel
-
-    # The triple query must ask the cross compiler too (the default asks the host's g++).
-    return cc.cross_compiler(compiler, get_target_triple=cc.get_target_by_dump_machine(compiler))
 
 
 # --------------------------------------------------------------------------------------------

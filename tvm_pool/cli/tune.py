@@ -78,4 +78,6 @@ def run(args) -> int:
         f"wrote {log_dir}: {len(result.tasks)} tasks ({pools} pooling), {result.trials} measurements in "
         f"{result.seconds:.0f} s; apply with: tvm-pool compile {args.model} --tuning-log {log_dir}"
     )
+    if result.emulated:
+        print(f"note: measured on {result.emulated}")
     return 0

@@ -1,0 +1,131 @@
+"""Shared by the tuning tests (x86 in test_tuning.py, aarch64 in test_arm_emulated.py): the tiny
+Conv -> Relu -> MaxPool model, TVM's RPC tracker as a process, and the check that compile
+applies a log's records."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tvm
+import tvm_ffi
+from onnx import TensorProto, helper
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_pool import lowering, tuning
+
+from oracles import IR_VERSION
+
+
+def conv_pool_model(size=16):
+    """Conv -> Relu -> MaxPool (3x3 s2 p1): one convolution task, one pooling task."""
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype("float32"))
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    out = (size + 1) // 2
+    graph = helper.make_graph(
+        nodes, "conv_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, out, out])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def tasks(mod, target):
+    return list(ms.relax_integration.extract_tasks(lowering.fuse(mod, target), target))
+
+
+def assert_applied(mod, log_dir, target):
+    """compile's pipeline puts the database's best schedule of every task into the module."""
+    database = tuning.load_logs(target, [log_dir], shipped=False)
+    assert database is not None
+    lowered = lowering.pipeline(target, database=database)(mod)
+    funcs = [f for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    for task in tasks(mod, target):
+        best = database.query_ir_module(task.dispatched[0], target, "main")
+        assert best is not None, task.task_name
+        assert any(tvm_ffi.structural_equal(f.body, best["main"].body) for f in funcs), task.task_name
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc):
+    """End a process started with start_new_session and its group (TVM's tracker and server run
+    their work in child processes that a plain terminate would leave behind)."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def host_processes():
+    """``start(args)`` runs ``python args...`` (this Python) in its own process group; every one
+    started is ended on exit, failures included."""
+    procs = []
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    def start(args):
+        procs.append(subprocess.Popen([sys.executable, *map(str, args)], env=env, start_new_session=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return procs[-1]
+
+    try:
+        yield start
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+def start_tracker(start, timeout=120) -> int:
+    """``python -m tvm.exec.rpc_tracker`` on 127.0.0.1 (``start`` from host_processes); its port,
+    once it accepts connections."""
+    port = free_port()
+    proc = start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", port, "--port-end", port + 1])
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return port
+        except OSError:
+            assert proc.poll() is None and time.time() < deadline, "the RPC tracker did not start"
+            time.sleep(0.5)
+
+
+def wait_for_server(port, key, timeout=240):
+    """Until a server has registered under ``key`` with the tracker on ``port``."""
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+    deadline = time.time() + timeout
+    while True:
+        try:
+            servers = rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]
+            if any(s["key"].partition(":")[2] == key for s in servers):
+                return
+        except Exception:  # pylint: disable=broad-except
+            pass
+        assert time.time() < deadline, f"no RPC server registered under {key!r} within {timeout} s"
+        time.sleep(1)
