@@ -3,9 +3,12 @@
 device, in one process.
 
 Each time is the median of ``--repeat`` calls, each call synchronised with the device. Each row
-also gives the bytes a call must move at least (input read once, output written once) and the
-bandwidth that makes, the figure to hold against the device's DRAM bandwidth. Where there is no
-CUDA device it refuses in one line (exit status 2) and times nothing.
+also gives the bytes a call must move at least (input read once, output written once), the
+bandwidth that makes, and tvm_pool's time as a percentage of the memory limit: a
+device-to-device copy reading and writing as many bytes, timed the same way (100% = as fast as
+the copy). The summary line gives the geometric mean of tvm_pool's speedup over PyTorch and
+over the best peer. Where there is no CUDA device it refuses in one line (exit status 2) and
+times nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +92,31 @@ def peer_torch(w: runner.Workload, x):
     return runner.torch_call(w, torch.from_numpy(x).cuda())
 
 
+def copy_runner(dev, nbytes_read: int, nbytes_written: int):
+    """A device-to-device copy reading and writing as many bytes as the workload (TVM's
+    runtime, on ``dev``): the memory-bandwidth limit, timed like the peers."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    n = max((nbytes_read + nbytes_written) // 2, 64)
+    src = tvm.runtime.empty((n,), "uint8", dev)
+    dst = tvm.runtime.empty((n,), "uint8", dev)
+    return lambda: src.copyto(dst)
+
+
+def summarize(row: dict) -> dict:
+    """Adds the row's derived figures: % of the copy limit, speedups over PyTorch and over the
+    best peer (each where both times exist)."""
+    ours = row["ms"].get("tvm_pool")
+    others = [row["ms"][p] for p in PEERS[1:] if p in row["ms"]]
+    if ours and row.get("copy_ms"):
+        row["pct_copy"] = 100.0 * row["copy_ms"] / ours
+    if ours and "torch" in row["ms"]:
+        row["speedup_vs_torch"] = row["ms"]["torch"] / ours
+    if ours and others:
+        row["speedup"] = min(others) / ours
+    return row
+
+
 def time_ms(call, sync, repeat: int, warmup: int = 3) -> float:
     """Median wall time of ``call`` in ms, each call followed by ``sync()``."""
     for _ in range(warmup):
@@ -114,6 +142,7 @@ def run(quick: bool, repeat: int, only=None) -> dict:
         model, x = runner.build_model(w), runner.make_input(w)
         row = {"workload": w.name, "dtype": w.dtype, "ms": {}, "na": {}}
         row["min_bytes"] = int(x.nbytes + runner.out_bytes(model))
+        row["copy_ms"] = time_ms(copy_runner(dev, x.nbytes, runner.out_bytes(model)), dev.sync, repeat)
         for peer in PEERS:
             try:
                 if peer == "torch":
@@ -124,25 +153,39 @@ def run(quick: bool, repeat: int, only=None) -> dict:
                 row["ms"][peer] = time_ms(call, sync, repeat)
             except Exception as err:  # pylint: disable=broad-except
                 row["na"][peer] = runner._short(err)  # pylint: disable=protected-access
-        rows.append(row)
-    return {"device": f"CUDA {arch}", "rows": rows}
+        rows.append(summarize(row))
+    return with_geomeans({"device": f"CUDA {arch}", "rows": rows})
+
+
+def with_geomeans(result: dict) -> dict:
+    """The geometric means of tvm_pool's speedups (over PyTorch, over the best peer) across the
+    rows that have them."""
+    for key in ("speedup_vs_torch", "speedup"):
+        values = [r[key] for r in result["rows"] if key in r]
+        result[f"geomean_{key}"] = runner.geomean(values)
+        result[f"n_{key}"] = len(values)
+    return result
 
 
 def to_markdown(result: dict) -> str:
+    fmt = runner._fmt  # pylint: disable=protected-access
     lines = [
-        f"GPU benchmark on {result['device']}: median ms per call (synchronised); GB/s = minimum bytes / tvm_pool's time",
+        f"GPU benchmark on {result['device']}: median ms per call (synchronised); GB/s = minimum bytes / tvm_pool's time;"
+        " % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time",
         "",
-        "| workload | dtype | " + " | ".join(PEERS) + " | min MB | tvm_pool GB/s | speedup vs best peer |",
-        "|---|---|" + "---|" * len(PEERS) + "---|---|---|",
+        "| workload | dtype | " + " | ".join(PEERS) + " | min MB | tvm_pool GB/s | % of copy | vs torch | vs best peer |",
+        "|---|---|" + "---|" * len(PEERS) + "---|---|---|---|---|",
     ]
     for row in result["rows"]:
         cells = [f"{row['ms'][p]:.4f}" if p in row["ms"] else f"n/a ({row['na'].get(p, '?')[:40]})" for p in PEERS]
         ours = row["ms"].get("tvm_pool")
-        others = [row["ms"][p] for p in PEERS[1:] if p in row["ms"]]
         gbps = f"{row['min_bytes'] / (ours * 1e-3) / 1e9:.1f}" if ours else "n/a"
-        speedup = f"{min(others) / ours:.2f}x" if ours and others else "n/a"
         lines.append(f"| {row['workload']} | {row['dtype']} | " + " | ".join(cells)
-                     + f" | {row['min_bytes'] / 1e6:.2f} | {gbps} | {speedup} |")
+                     + f" | {row['min_bytes'] / 1e6:.2f} | {gbps} | {fmt(row.get('pct_copy'), '%', 0)}"
+                     + f" | {fmt(row.get('speedup_vs_torch'), 'x')} | {fmt(row.get('speedup'), 'x')} |")
+    lines += ["", f"geomean speedup of tvm_pool vs PyTorch: **{fmt(result.get('geomean_speedup_vs_torch'), 'x')}** "
+              f"({result.get('n_speedup_vs_torch', 0)} workloads); vs the best peer: "
+              f"**{fmt(result.get('geomean_speedup'), 'x')}** ({result.get('n_speedup', 0)} workloads)"]
     return "\n".join(lines) + "\n"
 
 

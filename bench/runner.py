@@ -380,10 +380,15 @@ def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
             row["pct_copy"] = 100.0 * row["copy_ms"] / row["ms"]["tvm_pool"]
         rows.append(row)
         print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in row["ms"].items()), file=sys.stderr)
-    speedups = [r["speedup"] for r in rows if "speedup" in r]
-    geo = float(np.exp(np.mean(np.log(speedups)))) if speedups else None
+    geo = geomean([r["speedup"] for r in rows if "speedup" in r])
     return {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
             "geomean_speedup": geo, "machine": _machine()}
+
+
+def geomean(values) -> float | None:
+    """Geometric mean of positive ``values`` (None when there are none)."""
+    values = [v for v in values if v]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
 
 
 def _machine() -> dict:

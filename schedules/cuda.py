@@ -29,6 +29,15 @@ Per pooling unit (see :mod:`.analysis`):
   8 planes per 256-thread block; each lane reduces every 32nd element (coalesced) and TVM's
   cross-thread allreduce (warp shuffles) combines the lanes.
 
+**16-byte loads** (``ld.global.nc.v4``: 4 floats, 8 halves, 16 bytes), wherever a thread's input
+is whole 16-byte pieces at addresses provably multiples of 16: non-overlapping windows that
+tile the rows exactly (2x2 stride 2, 1-D k4 s4; max, average, Indices) give each thread
+``16 bytes / stride`` consecutive outputs and load its taps into registers; staged passes copy
+the block's input rows into shared memory before the first pass reads them; warp reductions
+load every 32nd piece. The proof is :func:`vector_accesses` on the result (TVM's vectorizer
+checks no alignment); where it fails (7x7 planes, odd widths, column tiles starting mid-row) or
+a window reads through a bounds check (padding, ceil overhang), loads stay scalar.
+
 Fusion: producers before the pool (relu, TOPI's ``pad_temp``, the padded copy) are inlined
 (``compute_inline`` substitutes the producer's value into each read: exact whatever the
 indexing). A consumer (``*_finalize``, add, relu, ...) is attached to the pool's thread loop only
@@ -55,7 +64,7 @@ from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.target import Target
 
@@ -80,6 +89,9 @@ DEFAULT_SHARED_BYTES = 48 * 1024
 MIN_OUTPUTS_TWO_PER_THREAD = 8192
 # Widest row tile kept whole (wider rows take 32-wide column tiles).
 MAX_WHOLE_ROW = 64
+# A thread loads its contiguous input in 16-byte pieces (ld.global.v4.f32, v8 halves, v16
+# bytes) where every piece's address is provably a multiple of 16: see :func:`vector_accesses`.
+VECTOR_BYTES = 16
 
 
 def is_cuda(target: Target) -> bool:
@@ -168,22 +180,30 @@ class Pool(ScheduleRule):
         probe = s_tir.Schedule(func)
         if not analysis.main_blocks(probe) and not analysis.pass_chains(probe):
             return None
-        warp = True
+        warp = vector = True
         attempts = [(1, True), (2, True), (4, True), (8, True), (1, False)]
         while attempts:
             tile_scale, staged = attempts[0]
             sch = s_tir.Schedule(func)
             binder = SerialBinder(sch) if self.simulate else Binder(sch)
             try:
-                schedule_function(sch, gpu, binder, staged=staged, tile_scale=tile_scale, warp=warp)
+                schedule_function(sch, gpu, binder, staged=staged, tile_scale=tile_scale, warp=warp, vector=vector)
+                if vector and not all(aligned for _, _, aligned in vector_accesses(sch.mod["main"])):
+                    raise MisalignedVector("a vector access is not provably aligned")
             except NoWarpReduction:
                 warp = False  # the same attempt again, one thread per plane
                 continue
             except (Exception,) as err:  # pylint: disable=broad-except
+                if vector:  # the same attempt again with scalar loads
+                    vector = False
+                    logger.debug("cuda pool schedule with vector loads failed: %s", err)
+                    continue
                 attempts.pop(0)
+                vector = True
                 logger.debug("cuda pool schedule (staged=%s, scale %d) failed: %s", staged, tile_scale, err)
                 continue
             attempts.pop(0)
+            vector = True
             if staged and shared_bytes(sch.mod["main"]) > shared_limit(gpu):
                 continue
             return sch
@@ -210,11 +230,16 @@ class NoWarpReduction(ValueError):
     float max is a Select, which LowerCrossThreadReduction cannot match)."""
 
 
+class MisalignedVector(ValueError):
+    """A vector access of the schedule is not provably aligned to its width."""
+
+
 def schedule_function(
     sch: s_tir.Schedule, target: Target, binder: Binder | None = None, *, staged: bool = True, tile_scale: int = 1,
-    warp: bool = True,
+    warp: bool = True, vector: bool = True,
 ) -> None:
-    """Schedule every pooling reduction of ``sch``'s function and everything fused with it."""
+    """Schedule every pooling reduction of ``sch``'s function and everything fused with it
+    (``vector``: 16-byte loads where the forms of "16-byte loads" below apply)."""
     binder = binder or Binder(sch)
     mains, chains = analysis.main_blocks(sch), analysis.pass_chains(sch)
     _inline_producers(sch, mains, chains)
@@ -227,9 +252,9 @@ def schedule_function(
         mains = [m for m in mains if m not in joined_mains]
         chains = [c for c in chains if c not in joined_chains]
     for main in mains:
-        units.append(schedule_main(sch, main, target, binder, warp=warp))
+        units.append(schedule_main(sch, main, target, binder, warp=warp, vector=vector))
     for chain in chains:
-        units.append(schedule_chain(sch, chain, target, binder, staged=staged, tile_scale=tile_scale))
+        units.append(schedule_chain(sch, chain, target, binder, staged=staged, tile_scale=tile_scale, vector=vector))
     for unit in units:
         keep_in_registers(sch, unit, binder)
     schedule_leftovers(sch, target, binder)
@@ -307,21 +332,38 @@ def is_global(main: analysis.MainBlock, sch) -> bool:
     )
 
 
-def schedule_main(sch, main: analysis.MainBlock, target: Target, binder: Binder, warp: bool = True) -> _Unit:
-    """A window-reduction block: a warp per plane (global), else a thread per output."""
+def schedule_main(sch, main: analysis.MainBlock, target: Target, binder: Binder, warp: bool = True,
+                  vector: bool = True) -> _Unit:
+    """A window-reduction block: a warp per plane (global), else a thread per output, or per
+    group of consecutive outputs whose windows are whole 16-byte pieces of the input rows
+    (:func:`contiguous_windows`: 2x2 stride 2 averages, Indices), loaded at once. A thread per
+    plane (global max) loads its plane in pieces (:func:`_split_row_pieces`)."""
     if not analysis.loops_match_block(sch, main):
         raise ValueError("pool block is not a plain loop nest")
     if warp and is_global(main, sch):
         if not warp_reducible(sch, main.rv):
             raise NoWarpReduction(sch.get(main.rv).name_hint)
-        return _schedule_global(sch, main, target, binder)
+        return _schedule_global(sch, main, target, binder, vector)
     loops = sch.get_loops(main.rv)
-    spatial, reduce_loops = loops[: main.n_spatial], loops[main.n_spatial :]
+    spatial, reduce_loops = list(loops[: main.n_spatial]), loops[main.n_spatial :]
+    static = None not in main.spatial_extents
+    per = contiguous_windows(sch, main.rv) if vector and static else None
+    output_loop = spatial[-1]
+    if per and per > 1:  # the group's outputs stay a loop inside the thread
+        spatial[-1], output_loop = sch.split(spatial[-1], [None, per])
     attached = set()
-    if None not in main.spatial_extents:
-        attached |= _accumulate_in_registers(sch, main.rv, spatial[-1])
-        attached |= attach_consumers(sch, main.rv, spatial[-1])
+    if static:
+        attached |= _accumulate_in_registers(sch, main.rv, output_loop)
+        attached |= attach_consumers(sch, main.rv, output_loop)
+    piece = None
+    if not per and static and is_global(main, sch):  # a thread per plane (the NaN max)
+        reduce_loops, piece = _split_row_pieces(sch, main.rv, reduce_loops, vector)
     tx = _bind_spatial(sch, main.rv, spatial, reduce_loops, target, binder)
+    if per:
+        _load_pieces(sch, main.rv, tx, vector_lanes(sch, main.rv))
+    if piece is not None:
+        _load_pieces(sch, main.rv, reduce_loops[-1], _extent(sch, piece))
+        sch.unroll(piece)
     taps = _product(main.reduce_extents)
     if taps is not None and taps <= MAX_UNROLLED_TAPS:
         for r in reduce_loops:
@@ -376,11 +418,14 @@ def warp_reducible(sch, block) -> bool:
     return True
 
 
-def _schedule_global(sch, main, target, binder) -> _Unit:
-    """One warp per plane: lanes take every 32nd element, TVM's allreduce combines them."""
+def _schedule_global(sch, main, target, binder, vector: bool = True) -> _Unit:
+    """One warp per plane: lanes take every 32nd element, TVM's allreduce combines them.
+    Where the plane's rows are whole 16-byte pieces (32x32 float32, not 7x7), a lane takes
+    every 32nd piece instead, loaded at once into registers (:func:`_split_row_pieces`)."""
     loops = sch.get_loops(main.rv)
     spatial, reduce_loops = loops[: main.n_spatial], loops[main.n_spatial :]
     attached = attach_consumers(sch, main.rv, spatial[-1])
+    reduce_loops, piece = _split_row_pieces(sch, main.rv, reduce_loops, vector)
     s = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     r = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
     planes = _extent(sch, s)
@@ -391,6 +436,9 @@ def _schedule_global(sch, main, target, binder) -> _Unit:
     binder.bind(so, "blockIdx.x")
     binder.bind(si, "threadIdx.y")
     binder.bind(ri, "threadIdx.x")
+    if piece is not None:
+        _load_pieces(sch, main.rv, ro, _extent(sch, piece))
+        sch.unroll(piece)
     sch.annotate(ro, "pragma_auto_unroll_max_step", 16)
     sch.annotate(ro, "pragma_unroll_explicit", 1)
     return _Unit(main.rv, si, frozenset(attached))
@@ -428,14 +476,21 @@ def chain_tile(extents: list, threads: int, tile_scale: int = 1) -> tuple[int, i
 
 
 def schedule_chain(sch, chain: analysis.PassChain, target: Target, binder: Binder, *, staged: bool = True,
-                   tile_scale: int = 1) -> _Unit:
+                   tile_scale: int = 1, vector: bool = True) -> _Unit:
     """A separable window reduction: the last pass one thread per output over a tile, the
-    earlier passes into shared memory per tile (or inlined when not ``staged``)."""
+    earlier passes into shared memory per tile (or inlined when not ``staged``). A single
+    pass over non-overlapping windows (2x2 stride 2, 1-D k4 s4) reads each thread's input in
+    16-byte pieces where :func:`contiguous_windows` allows."""
     final = chain.passes[-1]
     earlier = _earlier_passes(sch, chain, staged)
     attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
-    bx, tx, threads = _tile_block(sch, final, target, binder, tile_scale)
+    per = contiguous_windows(sch, final) if vector and not earlier else None
+    bx, tx, threads = _tile_block(sch, final, target, binder, tile_scale, per or 1)
     _stage(sch, earlier, bx, threads, binder)
+    if per:
+        _load_pieces(sch, final, tx, vector_lanes(sch, final))
+    if vector and earlier:
+        _stage_input(sch, earlier[0], bx, threads, binder)
     return _Unit(final, tx, frozenset(attached))
 
 
@@ -449,10 +504,15 @@ def _earlier_passes(sch, chain, staged: bool) -> list:
     return []
 
 
-def _tile_block(sch, block, target: Target, binder: Binder, tile_scale: int):
+def _tile_block(sch, block, target: Target, binder: Binder, tile_scale: int, per: int = 1):
     """Tile ``block``'s output loops (:func:`chain_tile`): a CUDA block per tile, a thread per
-    output (two on large outputs). Returns (block loop, thread loop, threads per block)."""
+    output (two on large outputs), or per ``per`` consecutive outputs of the innermost axis
+    (which must divide it; the tiles are then of groups of ``per``). Returns (block loop,
+    thread loop, threads per block)."""
     loops = list(sch.get_loops(block))
+    if per > 1:
+        group, _ = sch.split(loops[-1], [None, per])
+        loops[-1] = group
     extents = [_extent(sch, l) for l in loops]
     if any(e is None for e in extents):
         raise ValueError("tiles need static shapes")
@@ -499,6 +559,139 @@ def _stage(sch, earlier: list, bx, threads: int, binder: Binder) -> None:
         fused = sch.fuse(*stage) if len(stage) > 1 else stage[0]
         _, stx = sch.split(fused, [None, threads])
         binder.bind(stx, "threadIdx.x")
+
+
+# --------------------------------------------------------------------------------------------
+# 16-byte loads
+# --------------------------------------------------------------------------------------------
+#
+# TVM writes a vectorized loop over a ramp index as one vector access (``*(float4*)(x + i)``,
+# ld.global.v4.f32) and checks no alignment: a misaligned one faults on the GPU. So a schedule
+# vectorizes only loads from a function parameter (TVM's packed API binds it at element offset
+# 0 of an allocation aligned to ``data_alignment`` = 64 bytes) and :func:`vector_accesses`
+# proves every vector access of the result aligned to its width, or the rule schedules again
+# with scalar loads.
+
+
+def _param_read(sch, block):
+    """(read index, region) of the one function parameter ``block`` reads, or None."""
+    params = analysis.function_params(sch)
+    found = [(i, r) for i, r in enumerate(sch.get(block).reads)
+             if any(analysis.region_buffer(r).same_as(p) for p in params)]
+    return found[0] if len(found) == 1 else None
+
+
+def vector_lanes(sch, block) -> int:
+    """Elements per 16-byte load of the parameter ``block`` reads; 0 when there is none, or it
+    is not known to start 16-byte aligned."""
+    read = _param_read(sch, block)
+    if read is None:
+        return 0
+    buf = analysis.region_buffer(read[1])
+    ty = _buf_type(buf)
+    size = _elem_bytes(ty)
+    offset = ty.elem_offset
+    if list(ty.strides or []) or not (isinstance(offset, tirx.IntImm) and int(offset) == 0):
+        return 0
+    if int(ty.data_alignment) % VECTOR_BYTES or size >= VECTOR_BYTES:
+        return 0
+    return VECTOR_BYTES // size
+
+
+def _has_bounds_check(block) -> bool:
+    """Whether the block's value reads through a condition (inlined padding, ceil overhang)."""
+    found = []
+
+    def visit(node):
+        if isinstance(node.op, tvm.ir.Op) and node.op.name == "tirx.if_then_else":
+            found.append(node)
+
+    tvm_ffi.structural_walk(block.body, [(tvm.ir.Call, visit)], order="post")
+    return bool(found)
+
+
+def contiguous_windows(sch, block) -> int | None:
+    """Outputs per thread along the innermost axis for which a thread's taps are whole 16-byte
+    pieces of each input row, or None. The windows must tile the row exactly (each spans
+    ``s`` = its stride elements, from the first column, every tap inside: no bounds check), and
+    ``lanes / s`` outputs (or one, when ``s`` is a multiple of ``lanes``) must divide the
+    output row."""
+    lanes = vector_lanes(sch, block)
+    read = _param_read(sch, block)
+    info = sch.get(block)
+    if not lanes or read is None or _has_bounds_check(info):
+        return None
+    spatial = [iv for iv in info.iter_vars if int(iv.iter_type) == 0]
+    taps = [iv for iv in info.iter_vars if int(iv.iter_type) != 0]
+    last, rng = spatial[-1], read[1].region[-1]
+    coeffs = sym.detect_linear_equation(rng.min, [last.var] + [iv.var for iv in taps])
+    if len(coeffs) != len(taps) + 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs):
+        return None
+    if not isinstance(rng.extent, tirx.IntImm) or not all(isinstance(iv.dom.extent, tirx.IntImm) for iv in taps):
+        return None
+    stride, start = int(coeffs[0]), int(coeffs[-1])
+    # the columns one window reads: the region's own extent (taps unrolled into the block) plus
+    # the reach of the reduction variables (taps as a loop)
+    span = int(rng.extent) + sum(int(c) * (int(iv.dom.extent) - 1) for c, iv in zip(coeffs[1:-1], taps))
+    if start != 0 or stride < 1 or span != stride or any(int(c) < 0 for c in coeffs[1:-1]):
+        return None
+    per = lanes // stride if lanes % stride == 0 else (1 if stride % lanes == 0 else 0)
+    if not per or not isinstance(last.dom.extent, tirx.IntImm) or int(last.dom.extent) % per:
+        return None
+    return per
+
+
+def _cache_pieces(sch, block, loop, lanes: int, scope: str):
+    """Copy what ``block`` reads of its parameter under ``loop`` into a ``scope`` buffer (the
+    reads then come from it), the copy's innermost axis split into ``lanes``-element pieces,
+    vectorized. Returns the copy block."""
+    index, _ = _param_read(sch, block)
+    cache = sch.cache_read(block, index, scope)
+    sch.compute_at(cache, loop, preserve_unit_loops=True)
+    inner = sch.get_loops(cache)[-1]
+    extent = _extent(sch, inner)
+    if extent is None or extent % lanes:
+        raise MisalignedVector(f"rows of {extent} elements, {lanes}-element loads")
+    if extent > lanes:
+        _, inner = sch.split(inner, [None, lanes])
+    sch.vectorize(inner)
+    return cache
+
+
+def _load_pieces(sch, block, loop, lanes: int) -> None:
+    """Each thread loads what ``block`` reads under ``loop`` into registers in pieces."""
+    _cache_pieces(sch, block, loop, lanes, "local")
+
+
+def _split_row_pieces(sch, block, reduce_loops, vector: bool):
+    """A global reduction over whole rows: the innermost tap loop split into 16-byte pieces
+    (when its extent is whole pieces), so that a piece never crosses a row and its registers
+    are indexed by the unrolled piece loop alone (splitting the fused plane instead indexes
+    them through row modulos TVM does not simplify). Returns (the tap loops with the outer part
+    last, the piece loop or None); :func:`vector_accesses` proves the pieces."""
+    lanes = vector_lanes(sch, block) if vector else 0
+    extent = _extent(sch, reduce_loops[-1])
+    if not lanes or extent is None or extent % lanes or _has_bounds_check(sch.get(block)):
+        return list(reduce_loops), None
+    rest, piece = sch.split(reduce_loops[-1], [None, lanes])
+    return list(reduce_loops[:-1]) + [rest], piece
+
+
+def _stage_input(sch, first_pass, bx, threads: int, binder: Binder) -> None:
+    """The input rows the block's first pass reads (its tile plus halo, clipped to the input)
+    copied into shared memory by the block's threads in pieces, before that pass reads them
+    (overlapping windows read each input element several times: from shared memory now). A
+    tile whose rows start or end off a 16-byte boundary (column tiles, odd widths) fails the
+    alignment proof, and the rule goes back to scalar loads."""
+    lanes = vector_lanes(sch, first_pass)
+    if not lanes:
+        return
+    scope = "global" if binder.simulate else "shared"
+    cache = _cache_pieces(sch, first_pass, bx, lanes, scope)
+    copy = sch.get_loops(cache)[1:-1]  # under the block loop, the vector loop aside
+    fused = sch.fuse(*copy) if len(copy) > 1 else copy[0]
+    _, tx = sch.split(fused, [None, threads])
+    binder.bind(tx, "threadIdx.x")
 
 
 # --------------------------------------------------------------------------------------------
@@ -645,18 +838,26 @@ def schedule_leftovers(sch, target: Target, binder: Binder) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _compacted(func: tirx.PrimFunc, *then) -> tvm.IRModule:
+    """``func`` through TVM's lowering up to buffer compaction (the per-block regions that
+    allocations and indices then have), then the passes ``then``."""
+    passes = [
+        s_tir.transform.LowerCrossThreadReduction(),
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+    ]
+    return tvm.transform.Sequential(passes + list(then))(tvm.IRModule({"main": func}))
+
+
+def _elem_bytes(ty) -> int:
+    return max(tvm.runtime.DataType(str(ty.dtype)).bits // 8, 1)
+
+
 def shared_bytes(func: tirx.PrimFunc) -> int:
     """Shared memory per block the scheduled ``func`` allocates (after TVM compacts buffers)."""
-    mod = tvm.IRModule({"main": func})
-    mod = tvm.transform.Sequential(
-        [
-            s_tir.transform.LowerCrossThreadReduction(),
-            s_tir.transform.LowerInitBlock(),
-            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-            s_tir.transform.ConvertBlocksToOpaque(),
-            s_tir.transform.CompactBufferAllocation(),
-        ]
-    )(mod)
+    mod = _compacted(func)
     total = 0
 
     def visit(node):
@@ -666,10 +867,47 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
                 ty = _buf_type(buf)
                 if _scope(buf).startswith("shared"):
                     n = _product([int(d) if isinstance(d, tirx.IntImm) else None for d in ty.shape])
-                    total += (n or 1 << 30) * max(tvm.runtime.DataType(str(ty.dtype)).bits // 8, 1)
+                    total += (n or 1 << 30) * _elem_bytes(ty)
 
     tvm_ffi.structural_walk(mod["main"].body, [(s_tir.SBlock, visit)], order="post")
     return total
+
+
+def vector_accesses(func: tirx.PrimFunc) -> list[tuple[str, int, bool]]:
+    """Every vector load and store of the scheduled ``func`` once TVM has flattened its buffers
+    and vectorized its loops: (buffer, lanes, whether the access is provably aligned to its
+    width). Aligned: a unit-stride ramp whose first element index is a multiple of ``lanes``
+    (TVM's modular-set analysis, over every value the thread and loop variables can take), in a
+    buffer that starts aligned to the access (a parameter at offset 0 of a ``data_alignment``
+    allocation, or a local/shared array, which TVM declares ``alignas(64)``)."""
+    mod = _compacted(func, s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+                     tirx.transform.StmtSimplify(), tirx.transform.VectorizeLoop(True))
+    ana = sym.Analyzer()
+    found = []
+
+    def check(buf, indices):
+        if len(indices) != 1 or not isinstance(indices[0], tirx.Ramp):
+            return
+        ramp = indices[0]
+        lanes = int(ramp.lanes)
+        ty = _buf_type(buf)
+        size = _elem_bytes(ty)
+        base = ana.modular_set(ramp.base)
+        aligned = (
+            isinstance(ramp.stride, tirx.IntImm) and int(ramp.stride) == 1
+            and base.coeff % lanes == 0 and base.base % lanes == 0
+            and int(getattr(ty, "data_alignment", 0) or 0) % (lanes * size) == 0
+            and isinstance(ty.elem_offset, tirx.IntImm) and int(ty.elem_offset) == 0
+        )
+        found.append((str(buf.name), lanes, bool(aligned)))
+
+    tvm_ffi.structural_walk(
+        mod["main"].body,
+        [(tvm.ir.TensorLoad, lambda n: check(n.source, list(n.indices))),  # 0.27's BufferLoad
+         (tirx.BufferStore, lambda n: check(n.buffer, list(n.indices)))],
+        order="post",
+    )
+    return found
 
 
 def _scope(buf) -> str:

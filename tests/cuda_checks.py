@@ -2,11 +2,14 @@
 
 - :func:`simulate`: build a Relax module for the CPU with the CUDA rule in simulation mode
   (``cuda.Pool(simulate=True)``: every thread-bound loop serial, staged buffers global).
+  :func:`simulating` does the same for any ``tvm_pool.compile`` for the CPU within it.
 - :func:`cuda_build`: build for a CUDA arch through ``tvm_pool.compile``, capturing the scheduled
   TIR and the lowered device kernels (a registered TIR pipeline that wraps TVM's default one).
 - :func:`verify_gpu`: TVM's VerifyGPUCode limits on every device kernel.
 - :func:`ptxas_report`: nvcc/ptxas ``-v`` on the generated CUDA source: registers, spills,
   shared memory per kernel and arch.
+- :func:`ptx_kernels`: ``nvcc -ptx`` on the generated CUDA source, per kernel (the 16-byte loads
+  are ``ld.global.nc.v4`` there: :data:`PTX_VECTOR_LOAD`).
 - :func:`launch_report`: per kernel of the scheduled TIR, blocks, threads per block, elements
   written, and global bytes read and written (an ideal-cache DRAM estimate: each kernel reads
   every global buffer it touches once and writes every one once).
@@ -14,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -52,10 +56,18 @@ def gpu_target(arch: str = "sm_80") -> tvm.target.Target:
 def simulate(mod: tvm.IRModule, arch: str = "sm_80"):
     """Compile ``mod`` for the CPU with the CUDA schedule, thread-bound loops left serial, every
     buffer access bounds-checked."""
+    with simulating(arch):
+        return tvm_pool.compile(mod, target=CPU)
+
+
+@contextlib.contextmanager
+def simulating(arch: str = "sm_80"):
+    """Within it, tvm_pool.compile for the CPU schedules with the CUDA rule in simulation mode
+    (the checked rule: no write outside a buffer) and bounds-checks every buffer access."""
     rule = CheckedPool(simulate=True, gpu_target=gpu_target(arch))
     with mock.patch.object(lowering, "schedule_passes", lambda _t: [dlight.ApplyDefaultSchedule(rule)]):
         with bounds_checked():
-            return tvm_pool.compile(mod, target=CPU)
+            yield
 
 
 def bounds_checked():
@@ -202,6 +214,29 @@ def ptxas_report(sources: list[str], archs=ARCHS) -> list[dict]:
             return [row for rows in pool.map(one, enumerate(sources)) for row in rows]
 
 
+_PTX_ENTRY = re.compile(r"\.visible \.entry (\w+)\(")
+# A 16-byte global load: ld.global[.nc].v4.{f32,u32,b32} (v8 halves and v16 bytes come out as v4.u32).
+PTX_VECTOR_LOAD = re.compile(r"ld\.global(?:\.nc)?\.v4\.\w32")
+PTX_GLOBAL_VECTOR = re.compile(r"ld\.global(?:\.nc)?\.v[248]\.")
+
+
+def ptx_kernels(source: str, arch: str = "sm_80") -> dict:
+    """nvcc -ptx on a CUDA source: kernel name -> its PTX text."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.cu")
+        with open(path, "w") as fh:
+            fh.write(source)
+        proc = subprocess.run(["nvcc", "-ptx", f"-arch={arch}", "-o", path + ".ptx", path], cwd=tmp,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc -ptx failed:\n{proc.stderr[-4000:]}")
+        with open(path + ".ptx") as fh:
+            text = fh.read()
+    starts = [(m.group(1), m.start()) for m in _PTX_ENTRY.finditer(text)]
+    return {name: text[at: starts[i + 1][1] if i + 1 < len(starts) else len(text)]
+            for i, (name, at) in enumerate(starts)}
+
+
 def _parse_ptxas(text: str) -> list[dict]:
     rows, cur = [], None
     for line in text.splitlines():
@@ -324,8 +359,13 @@ def data(shape, dtype, seed=0, nan=False):
 
 
 def run_cpu(ex, *inputs):
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
+    return run_on(ex, tvm.cpu(), *inputs)
+
+
+def run_on(ex, device, *inputs):
+    """Run a compiled module's ``main`` on ``device``: numpy inputs in, numpy outputs out."""
+    vm = relax.VirtualMachine(ex, device)
+    out = vm["main"](*[tvm.runtime.tensor(x, device) for x in inputs])
     if hasattr(out, "numpy"):
         return [out.numpy()]
     return [o.numpy() for o in out]

@@ -54,7 +54,8 @@ def pool_model(
     return model
 
 
-def run_tvm_pool(model: onnx.ModelProto, feeds: dict, *, shape_dict=None, schedule=True, target="llvm"):
+def run_tvm_pool(model: onnx.ModelProto, feeds: dict, *, shape_dict=None, schedule=True, target="llvm", device=None):
+    """Compile ``model`` for ``target`` and run it on ``device`` (default: the CPU)."""
     import tvm
     from tvm import relax
 
@@ -64,9 +65,10 @@ def run_tvm_pool(model: onnx.ModelProto, feeds: dict, *, shape_dict=None, schedu
         warnings.simplefilter("ignore")
         mod = tvm_pool.from_onnx(model, shape_dict=shape_dict)
     ex = tvm_pool.compile(mod, target, schedule=schedule)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
+    device = device or tvm.cpu()
+    vm = relax.VirtualMachine(ex, device)
     names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    result = vm["main"](*[tvm.runtime.tensor(feeds[n]) for n in names])
+    result = vm["main"](*[tvm.runtime.tensor(feeds[n], device) for n in names])
     result = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
     return [r.numpy() for r in result]
 

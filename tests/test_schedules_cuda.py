@@ -8,7 +8,11 @@
    ``ptxas -v``: no spills, no local memory.
 3. Launch shapes (threads per output, blocks a multiple of 32) and an ideal-cache DRAM estimate
    per workload against the minimum (input read once, output written once).
-4. ``gpu``-marked tests compare with PyTorch on a CUDA device; they skip without one.
+4. 16-byte loads: ``ld.global.nc.v4`` in the PTX of every vector form, none in the fallbacks,
+   every vector access of the scheduled TIR provably aligned (``cuda.vector_accesses``).
+5. Oracles: every ONNX pooling op against onnxruntime on the host, the adaptive and TensorRT
+   ops against PyTorch; with the rule simulated on the CPU here, and (``gpu``-marked, skipped
+   without a CUDA device) on the device.
 """
 
 from __future__ import annotations
@@ -427,6 +431,13 @@ WORKLOADS = [
 # once) except where a stage stays its own kernel: bfloat16 argmax widens to float32 first.
 # (TensorRT's blend joins two reductions, max and sum: one kernel computes both and blends.)
 DRAM_ALLOWANCE = {"maxpool_bf16_indices": 2.8}
+# The workloads whose pool kernel loads 16 bytes at once (the rest: 7x7 planes, odd widths with
+# ceil mode, padded windows read one tap at a time (Indices, TensorRT), adaptive windows).
+VECTOR_WORKLOADS = {
+    "resnet_maxpool", "vgg_maxpool", "inception_maxpool", "densenet_avgpool", "avgpool_pad", "video3d_maxpool",
+    "audio1d_maxpool", "maxpool_int8", "maxpool_fp16", "global_avg_large", "global_max_large", "lp2_fp16",
+    "fused_relu_pool_add",
+}
 
 
 def _workload_module(name, shape, dtype, emit):
@@ -443,7 +454,9 @@ def _pool_funcs(build):
 def test_builds_verify_gpu_code_and_launch_shapes():
     """Every workload builds for sm_80 through tvm_pool.compile; every kernel passes
     VerifyGPUCode; window pools launch at most one thread per output (two outputs per thread
-    on large outputs), every block a multiple of 32 threads; DRAM bytes near the minimum."""
+    on large outputs, more where a thread loads 16 bytes of consecutive windows), every block
+    a multiple of 32 threads; DRAM bytes near the minimum; 16-byte loads where expected, every
+    one provably aligned."""
     rows = []
     for name, shape, dtype, emit in WORKLOADS:
         build = cc.cuda_build(_workload_module(name, shape, dtype, emit), "sm_80")
@@ -451,6 +464,9 @@ def test_builds_verify_gpu_code_and_launch_shapes():
         assert verdict and all(verdict.values()), (name, verdict)
         funcs = _pool_funcs(build)
         assert funcs, name
+        accesses = [a for f in funcs.values() for a in cuda.vector_accesses(f)]
+        assert all(aligned for _, _, aligned in accesses), (name, accesses)
+        assert bool(accesses) == (name in VECTOR_WORKLOADS), (name, accesses)
         for fname, func in funcs.items():
             kernels = cc.launch_report(func)
             assert kernels, (name, fname)
@@ -548,6 +564,209 @@ def test_simulation_random(seed):
 
 
 # ---------------------------------------------------------------------------------------------
+# 16-byte loads
+# ---------------------------------------------------------------------------------------------
+
+# Every pool kernel of these loads its input in 16-byte pieces (one workload per form) ...
+VECTOR_LOADS = [
+    ("max_2x2s2", [1, 8, 16, 32], "float32", maxp([2, 2], [2, 2])),  # all-taps pass, 2 outputs a thread
+    ("avg_2x2s2", [1, 8, 16, 32], "float32", avgp([2, 2], [2, 2])),  # window reduction
+    ("indices_2x2s2", [1, 4, 8, 16], "float32", maxp([2, 2], [2, 2], return_indices=True)),
+    ("max_2x2s2_fp16", [1, 4, 8, 32], "float16", maxp([2, 2], [2, 2])),  # 8 halves, 4 outputs a thread
+    ("max_2x2s2_uint8", [1, 2, 4, 64], "uint8", maxp([2, 2], [2, 2])),  # 16 bytes, 8 outputs a thread
+    ("max_1d_k4s4", [2, 3, 64], "float32", maxp([4], [4])),  # one window a piece
+    ("max_3x3s2_staged", [1, 8, 20, 20], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1])),  # rows into shared
+    ("avg_3x3s1_staged", [1, 4, 12, 16], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1])),
+    ("max_3x3s2_row_tiles", [1, 2, 32, 128], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1])),  # halo clipped
+    ("avg_3x3s1_row_tiles", [1, 2, 23, 48], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1])),  # uneven tiles
+    ("global_avg_warp", [1, 9, 40, 40], "float32", glob("avg")),  # warp per plane
+    ("global_max_thread", [1, 5, 32, 32], "float32", glob("max")),  # thread per plane (NaN max)
+    ("global_lp_warp_fp16", [1, 3, 32, 32], "float16", glob("lp")),
+]
+# ... and none of these may (scalar loads): a piece would start off a 16-byte boundary, or a
+# window reads through a bounds check.
+SCALAR_LOADS = [
+    ("global_avg_7x7", [1, 32, 7, 7], "float32", glob("avg")),  # 49-float planes
+    ("global_avg_warp_odd", [1, 4, 36, 35], "float32", glob("avg")),  # rows of 35
+    ("max_2x2s2_odd_width", [1, 2, 16, 17], "float32", maxp([2, 2], [2, 2])),  # rows of 17
+    ("max_2x2s2_ceil", [1, 2, 16, 15], "float32", maxp([2, 2], [2, 2], ceil=True)),  # overhang
+    ("avg_2x2s2_pad", [1, 2, 16, 16], "float32", avgp([2, 2], [2, 2], [1, 1, 1, 1])),  # padding
+    ("max_1d_k4s4_odd", [2, 3, 50], "float32", maxp([4], [4])),  # planes of 50
+    ("max_3x3s2_odd_width", [1, 8, 20, 21], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1])),  # staged rows of 21
+    ("max_3x3s1_column_tiles", [1, 4, 14, 200], "float32", maxp([3, 3], [1, 1], [1, 1, 1, 1])),  # tiles mid-row
+]
+
+
+def _accesses(build):
+    return {name: cuda.vector_accesses(func) for name, func in _pool_funcs(build).items()}
+
+
+@needs_nvcc
+def test_vector_loads_in_ptx():
+    """Each form's kernel loads 16 bytes at once (ld.global.nc.v4 in the PTX); every vector
+    access of the scheduled TIR is provably aligned; ptxas: no spills, no stack."""
+    build = cc.cuda_build(batch_module([c[1:] for c in VECTOR_LOADS]), "sm_80")
+    accesses = _accesses(build)
+    assert len(accesses) == len(VECTOR_LOADS)
+    for name, found in accesses.items():
+        assert found and all(aligned for _, _, aligned in found), (name, found)
+    kernels = cc.ptx_kernels(build.source)
+    loads = {name: len(cc.PTX_VECTOR_LOAD.findall(text)) for name, text in kernels.items()}
+    assert len(loads) == len(VECTOR_LOADS) and all(loads.values()), loads
+    rows = cc.ptxas_report([build.source], archs=["sm_80"])
+    assert not [r for r in rows if r["spill_stores"] or r["spill_loads"] or r["stack"]], rows
+
+
+@needs_nvcc
+def test_scalar_loads_where_alignment_is_not_provable():
+    build = cc.cuda_build(batch_module([c[1:] for c in SCALAR_LOADS]), "sm_80")
+    assert all(found == [] for found in _accesses(build).values()), _accesses(build)
+    kernels = cc.ptx_kernels(build.source)
+    assert kernels and not [n for n, text in kernels.items() if cc.PTX_GLOBAL_VECTOR.search(text)]
+
+
+def test_misaligned_vector_access_is_caught():
+    """The alignment proof is not vacuous: the rows-of-17 2x2 pool scheduled with vector loads
+    regardless has a misaligned one, named by vector_accesses; the rule schedules it scalar."""
+    x = te.placeholder((1, 2, 16, 17), "float32", name="x")
+    func = te.create_prim_func([x, compute.max_pool(x, [2, 2], [2, 2], None, [0] * 4)])
+    forced = s_tir.Schedule(func)
+    cuda.schedule_function(forced, tvm.target.Target(SM80))
+    assert ("x", 4, False) in cuda.vector_accesses(forced.mod["main"])
+    assert cuda.vector_accesses(cuda.Pool().apply(func, tvm.target.Target(SM80), False).mod["main"]) == []
+
+
+@pytest.mark.parametrize("case", VECTOR_LOADS + SCALAR_LOADS[:3], ids=[c[0] for c in VECTOR_LOADS + SCALAR_LOADS[:3]])
+def test_simulation_vector_forms(case):
+    """The vector-load forms (and the fallbacks), simulated: bit for bit the unscheduled compute,
+    and the simulated schedule has the vector loads too (the same decisions as on the GPU)."""
+    name, shape, dtype, emit = case
+    mod = module(shape, dtype, emit)
+    check_simulation(mod, exact="warp" not in name)
+    with cc.simulating():
+        funcs = {n: f for n, f in cc.scheduled_funcs(mod, cc.CPU).items() if "tvm_pool" in n}
+    (accesses,) = [cuda.vector_accesses(f) for f in funcs.values()]
+    assert bool(accesses) == (case in VECTOR_LOADS), accesses
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracles: onnxruntime on the host CPU, PyTorch on the device
+# ---------------------------------------------------------------------------------------------
+#
+# On a GPU, every op runs on the device and is compared with onnxruntime (the ONNX ops) or
+# PyTorch on the same device (the adaptive and TensorRT ops, which ONNX lacks). The same
+# comparisons run in the default suite with the CUDA rule simulated on the CPU (torch on the
+# CPU), so the oracle code and the cases are exercised everywhere.
+
+
+def _onnx(op, shape, dtype="float32", outputs=1, opset=22, **attrs):
+    return (op, shape, dtype, attrs, outputs, opset)
+
+
+# (id, (ONNX op, input shape, dtype, attributes, outputs, opset)): every ONNX pooling op, over the
+# geometries of the rule's forms (16-byte loads, staged rows, warp reductions, fallbacks).
+ONNX_CASES = [
+    ("maxpool_3x3s2_staged", _onnx("MaxPool", [1, 8, 20, 20], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("maxpool_2x2s2_vector", _onnx("MaxPool", [1, 8, 16, 32], kernel_shape=[2, 2], strides=[2, 2])),
+    ("maxpool_2x2s2_odd", _onnx("MaxPool", [1, 2, 15, 17], kernel_shape=[2, 2], strides=[2, 2])),
+    ("maxpool_ceil_dilated", _onnx("MaxPool", [2, 3, 13, 12], kernel_shape=[3, 2], strides=[2, 1],
+                                   pads=[1, 0, 2, 1], dilations=[2, 3], ceil_mode=1)),
+    ("maxpool_indices", _onnx("MaxPool", [2, 3, 9, 10], outputs=2, kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1])),
+    ("maxpool_indices_2x2s2_vector", _onnx("MaxPool", [1, 4, 8, 16], outputs=2, kernel_shape=[2, 2], strides=[2, 2])),
+    ("maxpool_fp16_vector", _onnx("MaxPool", [1, 4, 8, 32], "float16", kernel_shape=[2, 2], strides=[2, 2])),
+    ("maxpool_uint8_vector", _onnx("MaxPool", [1, 2, 4, 64], "uint8", kernel_shape=[2, 2], strides=[2, 2])),
+    ("maxpool_int8_3x3s2", _onnx("MaxPool", [1, 3, 11, 13], "int8", kernel_shape=[3, 3], strides=[2, 2],
+                                 pads=[1, 1, 1, 1])),
+    ("maxpool_1d_k4s4_vector", _onnx("MaxPool", [2, 3, 64], kernel_shape=[4], strides=[4])),
+    ("maxpool_3d", _onnx("MaxPool", [1, 2, 6, 9, 9], kernel_shape=[2, 3, 3], strides=[1, 2, 2],
+                         pads=[0, 1, 1, 1, 1, 1])),
+    ("avgpool_2x2s2_vector", _onnx("AveragePool", [1, 8, 16, 32], kernel_shape=[2, 2], strides=[2, 2])),
+    ("avgpool_3x3s1_cip", _onnx("AveragePool", [1, 4, 12, 16], kernel_shape=[3, 3], strides=[1, 1],
+                                pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("avgpool_ceil_asym", _onnx("AveragePool", [2, 3, 12, 11], kernel_shape=[3, 3], strides=[2, 2],
+                                pads=[1, 0, 2, 1], ceil_mode=1)),
+    ("lppool_p2", _onnx("LpPool", [1, 3, 9, 8], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], p=2)),
+    ("globalmaxpool_7x7", _onnx("GlobalMaxPool", [2, 32, 7, 7])),
+    ("globalmaxpool_32x32", _onnx("GlobalMaxPool", [1, 5, 32, 32])),
+    ("globalavgpool_7x7", _onnx("GlobalAveragePool", [2, 32, 7, 7])),
+    ("globalavgpool_40x40_warp", _onnx("GlobalAveragePool", [1, 9, 40, 40])),
+    # onnxruntime 1.31 has GlobalLpPool-2, not -22 (the same op)
+    ("globallppool_20x20_warp", _onnx("GlobalLpPool", [1, 3, 20, 20], opset=18, p=2)),
+]
+
+
+def _close(got, want, name):
+    assert len(got) == len(want), name
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, (name, i, g.shape, w.shape)
+        if g.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, w, err_msg=f"{name} output {i}")
+        else:
+            tol = 2e-3 if g.dtype == np.float16 else 1e-5
+            np.testing.assert_allclose(g.astype(np.float32), np.asarray(w).astype(np.float32), rtol=tol, atol=tol,
+                                       err_msg=f"{name} output {i}")
+
+
+def check_against_onnxruntime(case, target, device):
+    """tvm_pool compiled for ``target`` and run on ``device``, against onnxruntime on the host."""
+    import oracles  # pylint: disable=import-outside-toplevel
+
+    name, (op, shape, dtype, attrs, outputs, opset) = case
+    model = oracles.pool_model(op, shape, dtype, opset=opset, num_outputs=outputs, **attrs)
+    feeds = {"X": cc.data(shape, dtype)}
+    got = oracles.run_tvm_pool(model, feeds, target=target, device=device)
+    _close(got, oracles.run_onnxruntime(model, feeds), name)
+
+
+def _trt_blend(f, t, blend):
+    return (1 - blend) * f.max_pool2d(t, 3, 2, 1) + blend * f.avg_pool2d(t, 3, 2, 1, count_include_pad=False)
+
+
+# (id, shape, emit, the same in torch.nn.functional): the ops ONNX lacks (and plane-numbered
+# Indices, PyTorch's convention), float32.
+TORCH_CASES = [
+    ("adaptive_avg", [1, 3, 10, 7], adaptive_avg([3, 4]), lambda f, t: f.adaptive_avg_pool2d(t, [3, 4])),
+    ("adaptive_avg_3d", [1, 2, 5, 6, 7], adaptive_avg([2, 3, 4]), lambda f, t: f.adaptive_avg_pool3d(t, [2, 3, 4])),
+    ("adaptive_max_index", [1, 3, 10, 7], adaptive_max([3, 4]),
+     lambda f, t: f.adaptive_max_pool2d(t, [3, 4], return_indices=True)),
+    ("indices_plane_2x2s2_vector", [1, 4, 8, 16], maxp([2, 2], [2, 2], return_indices=True, index_scope="plane"),
+     lambda f, t: f.max_pool2d(t, 2, 2, return_indices=True)),
+    ("trt_max", [1, 3, 10, 11], trt("MAX", [3, 3], [2, 2], [1, 1], [1, 1]), lambda f, t: f.max_pool2d(t, 3, 2, 1)),
+    ("trt_avg_excl", [1, 3, 10, 11], trt("AVERAGE", [3, 3], [2, 2], [1, 1], [1, 1]),
+     lambda f, t: f.avg_pool2d(t, 3, 2, 1, count_include_pad=False)),
+    ("trt_blend", [1, 3, 10, 11], trt("MAX_AVERAGE_BLEND", [3, 3], [2, 2], [1, 1], [1, 1], blend=0.25),
+     lambda f, t: _trt_blend(f, t, 0.25)),
+]
+
+
+def check_against_torch(case, target, device, torch_device: str):
+    """tvm_pool compiled for ``target`` and run on ``device``, against PyTorch on ``torch_device``."""
+    torch = pytest.importorskip("torch")
+
+    name, shape, emit, reference = case
+    mod = module(shape, "float32", emit)
+    xs = inputs_for(mod)
+    got = cc.run_on(tvm_pool.compile(mod, target=target), device, *xs)
+    want = reference(torch.nn.functional, torch.from_numpy(xs[0]).to(torch_device))
+    want = [w.cpu().numpy() for w in (want if isinstance(want, tuple) else (want,))]
+    _close(got, want, name)
+
+
+@pytest.mark.parametrize("case", ONNX_CASES, ids=[c[0] for c in ONNX_CASES])
+def test_simulation_matches_onnxruntime(case):
+    """The oracle comparison of the GPU tests below, with the CUDA rule simulated on the CPU."""
+    with cc.simulating():
+        check_against_onnxruntime(case, cc.CPU, tvm.cpu())
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
+def test_simulation_matches_torch(case):
+    with cc.simulating():
+        check_against_torch(case, cc.CPU, tvm.cpu(), "cpu")
+
+
+# ---------------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------------
 
@@ -559,21 +778,50 @@ def _cuda_device():
         return False
 
 
+needs_gpu = pytest.mark.skipif(not _cuda_device(), reason="no CUDA device on this machine (tvm.cuda(0) does not exist)")
+
+
+def _device_target():
+    """tvm.cuda(0) and a target for its arch."""
+    from tvm_pool.bench import cuda as bench_cuda  # pylint: disable=import-outside-toplevel
+
+    dev, arch = bench_cuda.device_or_reason()
+    return dev, cc.gpu_target(arch)
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not _cuda_device(), reason="no CUDA device on this machine (tvm.cuda(0) does not exist)")
+@needs_gpu
+@pytest.mark.parametrize("case", ONNX_CASES, ids=[c[0] for c in ONNX_CASES])
+def test_gpu_matches_onnxruntime(case):
+    """On the device: every ONNX pooling op against onnxruntime on the host CPU."""
+    dev, target = _device_target()
+    check_against_onnxruntime(case, target, dev)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
+def test_gpu_matches_torch(case):
+    """On the device: the adaptive and TensorRT ops against PyTorch on the same device."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device (a CPU-only wheel?)")
+    dev, target = _device_target()
+    check_against_torch(case, target, dev, "cuda")
+
+
+@pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_gpu_matches_unscheduled_cpu(case):
-    """On the device: every op against the unscheduled CPU build (itself tested against
-    onnxruntime and onnx.reference elsewhere)."""
+    """On the device: every case (every dtype and edge geometry, NaN included, which the
+    oracles above do not all agree on) against the unscheduled CPU build."""
     _, shape, dtype, emit, exact = case
     mod = module(shape, dtype, emit)
     xs = inputs_for(mod, nan=True)
     want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
-    ex = tvm_pool.compile(mod, target=cc.gpu_target("sm_80"))
-    dev = tvm.cuda(0)
-    vm = relax.VirtualMachine(ex, dev)
-    out = vm["main"](*[tvm.runtime.tensor(x, dev) for x in xs])
-    got = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    dev, target = _device_target()
+    got = cc.run_on(tvm_pool.compile(mod, target=target), dev, *xs)
     for g, w in zip(got, want):
         if exact and g.dtype.kind in "iu":
             np.testing.assert_array_equal(g, w)
