@@ -222,7 +222,8 @@ def use_fmax(func):
 
 
 FAMILY = cpu.register_family(cpu.CpuFamily(
-    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4
+    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
+    vector_partial_sums=True,
 ))
 
 

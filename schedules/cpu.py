@@ -103,6 +103,12 @@ class CpuFamily:
     # check; NEON rows are cut into chunks of a few registers, or left to LLVM's vectoriser
     # (which adds a scalar tail) when no chunk divides the row.
     vector_row_registers: int | None = None
+    # May a long window's sum be reassociated into vector partial sums (``rfactor``)? The
+    # unscheduled compute adds the taps in order; the partial sums round differently (a few ulp
+    # of the sum, within the aarch64 tests' tolerances). x86 keeps the order (its schedules are
+    # tested bit-exact) and gathers outputs instead; NEON has no gather, so an in-order strided
+    # sum stays scalar (1-D avg k64 s32: 130 instructions per output, as many as stock TVM).
+    vector_partial_sums: bool = False
 
 
 _FAMILIES: list[CpuFamily] = []
@@ -330,7 +336,9 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
     if level >= NO_VECTOR:
         # 2. window taps unrolled when small.
         taps = _product(extents[n_spatial:])
-        if taps is not None and taps <= _MAX_UNROLLED_ROW_TAPS:
+        if level == FULL and rest and _vector_partial_sums(sch, block, target, reduce_loops, taps):
+            pass
+        elif taps is not None and taps <= _MAX_UNROLLED_ROW_TAPS:
             for r in reduce_loops:
                 sch.unroll(r)
         elif rest and reduce_loops and (_loop_extent(sch, rest[-1]) or 1) > 1 and _inner_read_stride(sch, block) == 1:
@@ -350,6 +358,48 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
             sch.compute_at(p, row)
         else:
             sch.compute_inline(p)
+
+
+def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
+    """A long sum over contiguous taps as vector partial sums, for families that allow it::
+
+        for out[-1]
+          for taps / lanes
+            partial[lanes] += data[.. lanes contiguous taps ..]   # one vector load + add
+          out = partial[0] + ... + partial[lanes - 1]
+
+    Only a single innermost tap loop whose taps are contiguous and a multiple of the lanes;
+    anything else keeps the in-order schedule (False)."""
+    family = family_of(target)
+    if family is None or not family.vector_partial_sums or len(reduce_loops) != 1:
+        return False
+    if not analysis.pool_kind(sch.get(block)).endswith("_sum") or taps is None or taps <= _MAX_UNROLLED_ROW_TAPS:
+        return False
+    dtype = analysis.region_dtype(sch.get(block).writes[0])
+    lanes = max(vector_bits(target, dtype) // _dtype_bits(dtype), 1)
+    if lanes < 2 or taps % lanes or _tap_read_stride(sch, block) != 1:
+        return False
+    tap_loops = sch.split(reduce_loops[0], [None, lanes])
+    partial = sch.rfactor(tap_loops[1], factor_axis=len(sch.get(block).iter_vars) - 1)
+    sch.compute_at(partial, sch.get_loops(block)[-2])
+    sch.set_scope(partial, 0, "local")
+    lane, chunk = sch.get_loops(partial)[-2:]  # compute_at puts the (spatial) lanes first
+    sch.reorder(chunk, lane)
+    sch.vectorize(lane)
+    init = sch.decompose_reduction(partial, chunk)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if taps // lanes <= _MAX_UNROLLED_ROW_TAPS:
+        sch.unroll(chunk)
+    sch.unroll(sch.get_loops(block)[-1])
+    return True
+
+
+def _tap_read_stride(sch, block):
+    """How far the first read moves per step of the innermost tap (None: unknown)."""
+    info = sch.get(block)
+    index = info.reads[0].region[-1].min
+    coeffs = detect_linear_equation(index, [info.iter_vars[-1].var])
+    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
 
 
 def _inner_read_stride(sch, block):

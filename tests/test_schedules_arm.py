@@ -11,10 +11,10 @@ import warnings
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
+from tvm import relax, te
 
 import tvm_pool
-from tvm_pool import relax_ops
+from tvm_pool import compute, relax_ops
 from tvm_pool.schedules import arm, rules_for, x86
 from tvm_pool.targets import resolve_target
 
@@ -91,3 +91,57 @@ def test_x86_unchanged_by_the_arm_rewrite():
     sch = x86.Pool().apply(func, tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell"}), False)
     assert sch is not None and "T.isnan" in sch.mod["main"].script()
     assert np.isnan(np.float32("nan"))  # (the x86 NaN semantics are tested bit-exact in test_schedules_x86)
+
+
+# ---------------------------------------------------------------------------------------------
+# Long sums as vector partial sums (rfactor): the aarch64 rule run on this machine's CPU
+# ---------------------------------------------------------------------------------------------
+
+def _bias_add(t):
+    return te.compute(t.shape, lambda *i: t(*i) + tvm.tirx.const(0.25, t.dtype) * i[1].astype(t.dtype), name="bias_add")
+
+
+def _relu(t):
+    return te.compute(t.shape, lambda *i: tvm.tirx.max(t(*i), tvm.tirx.const(0, t.dtype)), name="relu")
+
+
+# name: (input shape, TE graph, reassociated?). Partial sums need contiguous taps, a multiple of
+# the lanes, more taps than the row schedule unrolls and no padded copy (padded windows take
+# the vector-row schedule); the rest keeps the in-order sum.
+LONG_SUMS = {
+    "avg_k64_s32": ([2, 3, 1000], lambda x: compute.avg_pool(x, [64], strides=[32]), True),
+    "avg_k32_s8": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8]), True),
+    "avg_k32_s8_padded": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8], pads=[5, 7]), False),
+    "lp2_k32_s32": ([1, 3, 640], lambda x: compute.lp_pool(x, [32], strides=[32], p=2), True),
+    "fused_relu_avg_add": ([1, 5, 512], lambda x: _bias_add(compute.avg_pool(_relu(x), [64], strides=[32])), True),
+    "avg_k18_s9": ([1, 3, 400], lambda x: compute.avg_pool(x, [18], strides=[9]), False),
+    "avg_dilated": ([1, 3, 400], lambda x: compute.avg_pool(x, [32], strides=[16], dilations=[2]), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_SUMS))
+def test_long_sums_as_vector_partial_sums(name):
+    from test_arm_emulated import _tolerance  # the aarch64 tests' tolerances
+
+    shape, build, reassociated = LONG_SUMS[name]
+    x = te.placeholder(shape, "float32", name="x")
+    out = build(x)
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    sch = arm.Pool().apply(func, tvm.target.Target(A72), False)
+    assert sch is not None
+    scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+    assert ("_rf" in scheduled.script()) == reassociated
+    data = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    got, want = (_run_host(f, data, out) for f in (scheduled, func))
+    if reassociated:
+        rtol, atol = _tolerance("float32")
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def _run_host(func, data, out):
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
+    lib["main"](tvm.runtime.tensor(data), res)
+    return res.numpy()
