@@ -336,8 +336,9 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
     if level >= NO_VECTOR:
         # 2. window taps unrolled when small.
         taps = _product(extents[n_spatial:])
-        if level == FULL and rest and _vector_partial_sums(sch, block, target, reduce_loops, taps):
-            pass
+        partial = _vector_partial_sums(sch, block, target, reduce_loops, taps) if level == FULL and rest else None
+        if partial is not None:
+            row = partial[0]  # rfactor moved the partial sums, and the row, to loops of their own
         elif taps is not None and taps <= _MAX_UNROLLED_ROW_TAPS:
             for r in reduce_loops:
                 sch.unroll(r)
@@ -358,48 +359,82 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
             sch.compute_at(p, row)
         else:
             sch.compute_inline(p)
+    if partial is not None:
+        partial[1]()
 
 
 def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
     """A long sum over contiguous taps as vector partial sums, for families that allow it::
 
         for out[-1]
-          for taps / lanes
+          partial[lanes] = 0
+          for taps // lanes
             partial[lanes] += data[.. lanes contiguous taps ..]   # one vector load + add
-          out = partial[0] + ... + partial[lanes - 1]
+          partial[:taps % lanes] += data[.. the last taps ..]     # scalar, only when taps % lanes
+          out = 0 + partial[0] + ... + partial[lanes - 1]
 
-    Only a single innermost tap loop whose taps are contiguous and a multiple of the lanes;
-    anything else keeps the in-order schedule (False)."""
+    The taps of all reduction loops count when they are contiguous in memory together (a whole
+    plane); anything else keeps the in-order schedule (None). Returns the row loop (rfactor gives
+    the partial sums a copy of the block's loops; the write-back joins them there) and what is
+    left to do once the consumers are attached (loop_partition's blocks would keep them out)."""
     family = family_of(target)
-    if family is None or not family.vector_partial_sums or len(reduce_loops) != 1:
-        return False
+    if family is None or not family.vector_partial_sums or not reduce_loops:
+        return None
     if not analysis.pool_kind(sch.get(block)).endswith("_sum") or taps is None or taps <= _MAX_UNROLLED_ROW_TAPS:
-        return False
+        return None
     dtype = analysis.region_dtype(sch.get(block).writes[0])
     lanes = max(vector_bits(target, dtype) // _dtype_bits(dtype), 1)
-    if lanes < 2 or taps % lanes or _tap_read_stride(sch, block) != 1:
-        return False
-    tap_loops = sch.split(reduce_loops[0], [None, lanes])
-    partial = sch.rfactor(tap_loops[1], factor_axis=len(sch.get(block).iter_vars) - 1)
-    sch.compute_at(partial, sch.get_loops(block)[-2])
-    sch.set_scope(partial, 0, "local")
-    lane, chunk = sch.get_loops(partial)[-2:]  # compute_at puts the (spatial) lanes first
-    sch.reorder(chunk, lane)
-    sch.vectorize(lane)
+    if lanes < 2 or not _contiguous_taps(sch, block):
+        return None
+    tap = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
+    _, lane = sch.split(tap, [None, lanes])
+    n_spatial = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == 0)
+    partial = sch.rfactor(lane, factor_axis=n_spatial)
+    # the write-back under the output loop of the partial sums (not the other way round:
+    # compute_at drops the predicate of a partial last chunk)
+    sch.reverse_compute_at(block, sch.get_loops(partial)[-3])
+    # (the partial sums keep the global scope: TVM puts a small global buffer on the stack,
+    # which LLVM keeps in registers, and a "local" one in a workspace allocated per row)
+    chunk, lane = sch.get_loops(partial)[-2:]
+    sch.vectorize(lane)  # before decompose_reduction: vectorize refuses an update without init
     init = sch.decompose_reduction(partial, chunk)
     sch.vectorize(sch.get_loops(init)[-1])
-    if taps // lanes <= _MAX_UNROLLED_ROW_TAPS:
-        sch.unroll(chunk)
     sch.unroll(sch.get_loops(block)[-1])
-    return True
+
+    def split_chunks():
+        whole = chunk
+        if taps % lanes:
+            # the last chunk is partial (predicated): a loop of its own, so that the whole ones
+            # are plain vectors
+            whole = sch.loop_partition(chunk, [taps // lanes, None])[0]
+        if taps // lanes <= _MAX_UNROLLED_ROW_TAPS:
+            sch.unroll(whole)
+
+    return sch.get_loops(partial)[0], split_chunks
 
 
-def _tap_read_stride(sch, block):
-    """How far the first read moves per step of the innermost tap (None: unknown)."""
+def _contiguous_taps(sch, block) -> bool:
+    """Do the taps of the first read, over all reduction iterators in order, lie contiguous in
+    memory (the innermost moves by one element, each outer one by the extent of those inside)?"""
     info = sch.get(block)
-    index = info.reads[0].region[-1].min
-    coeffs = detect_linear_equation(index, [info.iter_vars[-1].var])
-    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
+    region = info.reads[0].region
+    shape = analysis.region_buffer(info.reads[0]).shape
+    if any(not isinstance(d, tirx.IntImm) for d in shape):
+        return False
+    flat, stride = 0, 1
+    for r, d in zip(reversed(region), reversed(shape)):
+        flat = flat + r.min * stride
+        stride *= int(d)
+    reduce_vars = [iv for iv in info.iter_vars if int(iv.iter_type) != 0]
+    coeffs = detect_linear_equation(flat, [iv.var for iv in reduce_vars])
+    if len(coeffs) != len(reduce_vars) + 1:
+        return False
+    want = 1
+    for c, iv in zip(reversed(list(coeffs)[:-1]), reversed(reduce_vars)):
+        if not isinstance(c, tirx.IntImm) or int(c) != want:
+            return False
+        want *= analysis._extent(iv.dom)  # pylint: disable=protected-access
+    return True
 
 
 def _inner_read_stride(sch, block):

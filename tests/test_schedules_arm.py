@@ -114,7 +114,13 @@ LONG_SUMS = {
     "avg_k32_s8_padded": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8], pads=[5, 7]), False),
     "lp2_k32_s32": ([1, 3, 640], lambda x: compute.lp_pool(x, [32], strides=[32], p=2), True),
     "fused_relu_avg_add": ([1, 5, 512], lambda x: _bias_add(compute.avg_pool(_relu(x), [64], strides=[32])), True),
-    "avg_k18_s9": ([1, 3, 400], lambda x: compute.avg_pool(x, [18], strides=[9]), False),
+    "avg_k18_s9_tail": ([1, 3, 400], lambda x: compute.avg_pool(x, [18], strides=[9]), True),
+    # whole-plane averages: rebuilt as one reduction (arm.whole_plane_sums), then partial sums
+    "global_avg_7x7": ([2, 6, 7, 7], lambda x: compute.global_pool(x, "avg"), True),
+    "avg_whole_8x8": ([1, 5, 8, 8], lambda x: compute.avg_pool(x, [8, 8]), True),
+    "global_avg_one_reduction": ([1, 4, 5, 9], lambda x: compute.global_pool(x, "avg", by_axis=False), True),
+    "global_avg_relu": ([1, 4, 7, 7], lambda x: _relu(compute.global_pool(x, "avg")), False),  # not the exact function
+    "global_lp": ([1, 4, 7, 7], lambda x: compute.global_pool(x, "lp", p=2), False),
     "avg_dilated": ([1, 3, 400], lambda x: compute.avg_pool(x, [32], strides=[16], dilations=[2]), False),
 }
 
