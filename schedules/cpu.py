@@ -567,7 +567,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     gather_last = (source_bytes is not None and source_bytes <= _IN_CACHE_BYTES and len(chain.passes) > 1
                    and strided_vectors(target))
     last = chain.passes[-1]
-    contiguous_last = len(chain.passes) > 1 and not strided_vectors(target) and _inner_read_stride(sch, last) == 1
+    contiguous_last = not strided_vectors(target) and _inner_read_stride(sch, last) == 1
     for block in chain.passes if gather_last or contiguous_last else chain.passes[:-1]:
         _vectorize_row(sch, sch.get_loops(block)[-1], target, analysis.region_dtype(sch.get(block).writes[0]))
 
@@ -615,7 +615,8 @@ def _vectorize_row(sch, loop, target: Target, dtype: str) -> None:
                 sch.vectorize(sch.split(loop, [None, chunk])[1])
                 return
         return
-    # A few whole registers per chunk; a row no such chunk divides is left to LLVM's vectoriser.
+    # A few whole registers per chunk. A row no such chunk divides is cut into whole chunks and
+    # the rest (the whole chunks' predicate is then provably true), the rest left as it is.
     longest, lanes = vector_row_lanes(target, dtype)
     for chunk in range(longest - longest % lanes, lanes - 1, -lanes):
         if extent % chunk == 0:
@@ -624,6 +625,10 @@ def _vectorize_row(sch, loop, target: Target, dtype: str) -> None:
             else:
                 sch.vectorize(sch.split(loop, [None, chunk])[1])
             return
+    chunk = longest - longest % lanes
+    if extent > chunk:
+        whole = sch.loop_partition(loop, [extent - extent % chunk, None])[0]
+        sch.vectorize(sch.split(whole, [None, chunk])[1])
 
 
 def _product(values):

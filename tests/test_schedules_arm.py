@@ -151,3 +151,29 @@ def _run_host(func, data, out):
     res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
     lib["main"](tvm.runtime.tensor(data), res)
     return res.numpy()
+
+
+# Separable passes: rows in whole vector chunks, a row no chunk divides cut into whole chunks and
+# a tail (loop_partition). Max and in-order sums stay bit-exact.
+PASS_ROWS = {
+    "max1d_k32_s1_p16": ([1, 3, 100], lambda x: compute.max_pool(x, [32], strides=[1], pads=[16, 16])),
+    "max3x3_s1_p1_odd": ([1, 3, 29, 37], lambda x: compute.max_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    "avg3x3_s1_p1": ([1, 3, 56, 56], lambda x: compute.avg_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    "video3d_1x3x3_s2": ([1, 2, 3, 27, 27], lambda x: compute.max_pool(x, [1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+    "fused_relu_max1d_add": ([1, 4, 77], lambda x: _bias_add(compute.max_pool(_relu(x), [20], strides=[1], pads=[3, 4]))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PASS_ROWS))
+def test_pass_rows_bit_exact(name):
+    shape, build = PASS_ROWS[name]
+    x = te.placeholder(shape, "float32", name="x")
+    out = build(x)
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    sch = arm.Pool().apply(func, tvm.target.Target(A72), False)
+    assert sch is not None
+    data = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    data.flat[::31] = np.nan
+    scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+    got, want = (_run_host(f, data, out) for f in (scheduled, func))
+    np.testing.assert_array_equal(got, want)
