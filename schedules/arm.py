@@ -264,7 +264,7 @@ def whole_plane_sums(func):
 
 FAMILY = cpu.register_family(cpu.CpuFamily(
     "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
-    vector_partial_sums=True, consumers_per_output=True,
+    vector_partial_sums=True, register_tiles=True,
 ))
 
 

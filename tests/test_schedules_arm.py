@@ -154,14 +154,17 @@ def _run_host(func, data, out):
 
 
 # Separable passes: rows in whole vector chunks, a row no chunk divides cut into whole chunks and
-# a tail (loop_partition); window reductions with their consumers per output. Max and in-order
-# sums stay bit-exact.
+# a tail (loop_partition); rows left to LLVM in tiles of one register, a window reduction's
+# consumers per tile. Max and in-order sums stay bit-exact.
 PASS_ROWS = {
     "max1d_k32_s1_p16": ([1, 3, 100], lambda x: compute.max_pool(x, [32], strides=[1], pads=[16, 16])),
     "max3x3_s1_p1_odd": ([1, 3, 29, 37], lambda x: compute.max_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     "avg3x3_s1_p1": ([1, 3, 56, 56], lambda x: compute.avg_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     "video3d_1x3x3_s2": ([1, 2, 3, 27, 27], lambda x: compute.max_pool(x, [1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
     "fused_relu_max1d_add": ([1, 4, 77], lambda x: _bias_add(compute.max_pool(_relu(x), [20], strides=[1], pads=[3, 4]))),
+    # rows LLVM's loop would end in a scalar tail: tiles of one register (28 = 7 x 4 lanes)
+    "max3d_k2_row28": ([1, 2, 4, 8, 56], lambda x: compute.max_pool(x, [2, 2, 2], strides=[2, 2, 2])),
+    "max2x2_s2_row28_relu": ([1, 3, 6, 56], lambda x: _relu(compute.max_pool(x, [2, 2], strides=[2, 2]))),
     # window reductions (row schedule): the consumers per output, in a tile of vector lanes
     "avg2x2_s2_relu_add": ([1, 3, 28, 28], lambda x: _bias_add(_relu(compute.avg_pool(x, [2, 2], strides=[2, 2])))),
     "avg3d_k2": ([1, 2, 4, 12, 12], lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])),
