@@ -643,20 +643,20 @@ def _vectorize_row(sch, loop, target: Target, dtype: str) -> None:
                 sch.vectorize(sch.split(loop, [None, chunk])[1])
                 return
         return
-    # A few whole registers per chunk. A row no such chunk divides is cut into whole chunks and
-    # the rest (the whole chunks' predicate is then provably true), the rest left as it is.
+    # A few whole registers per chunk. A row no such chunk divides is cut in two: the whole
+    # registers, in chunks, and a scalar rest of fewer than one register's lanes.
     longest, lanes = vector_row_lanes(target, dtype)
+    whole = extent - extent % lanes
     for chunk in range(longest - longest % lanes, lanes - 1, -lanes):
-        if extent % chunk == 0:
-            if chunk == extent:
-                sch.vectorize(loop)
-            else:
-                sch.vectorize(sch.split(loop, [None, chunk])[1])
-            return
-    chunk = longest - longest % lanes
-    if extent > chunk:
-        whole = sch.loop_partition(loop, [extent - extent % chunk, None])[0]
-        sch.vectorize(sch.split(whole, [None, chunk])[1])
+        if whole % chunk:
+            continue
+        if whole < extent:
+            loop = sch.loop_partition(loop, [whole, None])[0]
+        if chunk == extent:
+            sch.vectorize(loop)
+        else:
+            sch.vectorize(sch.split(loop, [None, chunk])[1])
+        return
 
 
 def _product(values):
