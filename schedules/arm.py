@@ -11,6 +11,11 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
   tile is sized for that.
 - int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
 - bfloat16 arithmetic goes through float32 (4 lanes).
+- No gather: a long sum over contiguous taps (a 1-D window of more than 16 taps, a whole plane)
+  is reassociated into vector partial sums (``vector_partial_sums``; a few ulp from the
+  in-order sum, within the aarch64 tests' tolerances, where x86 stays bit-exact), a global
+  average rebuilt as one reduction for it (:func:`whole_plane_sums`); rows LLVM's vectoriser
+  would end in a scalar tail are given to it in one-register tiles (``register_tiles``).
 
 Emulated instruction counts (``bench/arm_instructions.py``) are not hardware time.
 """
