@@ -11,6 +11,11 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
   tile is sized for that.
 - int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
 - bfloat16 arithmetic goes through float32 (4 lanes).
+- No gather: a long sum over contiguous taps (a 1-D window of more than 16 taps, a whole plane)
+  is reassociated into vector partial sums (``vector_partial_sums``; a few ulp from the
+  in-order sum, within the aarch64 tests' tolerances, where x86 stays bit-exact), a global
+  average rebuilt as one reduction for it (:func:`whole_plane_sums`); rows LLVM's vectoriser
+  would end in a scalar tail are given to it in one-register tiles (``register_tiles``).
 
 Emulated instruction counts (``bench/arm_instructions.py``) are not hardware time.
 """
@@ -20,9 +25,11 @@ from __future__ import annotations
 import re
 
 import tvm
+import tvm_ffi
+from tvm import s_tir, te
 from tvm.target import Target
 
-from . import cpu
+from . import analysis, cpu
 
 __all__ = ["FAMILY", "Pool", "is_arm", "has_fullfp16", "vector_bits", "use_fmax"]
 
@@ -221,15 +228,56 @@ def use_fmax(func):
     return new.with_attrs(dict(func.attrs)) if func.attrs else new
 
 
+# --------------------------------------------------------------------------------------------
+# Whole-plane averages as one reduction
+# --------------------------------------------------------------------------------------------
+#
+# A global average (GlobalAveragePool, or an AveragePool whose window is the whole plane) is
+# built as one pass per axis (``compute.pool.separable``): rows summed per column, then the
+# columns. A 7-wide column vector does not fill NEON registers, and the column sum is scalar
+# (ResNet's 2048x7x7 head: 67 instructions per output, 0.8x stock TVM). :func:`whole_plane_sums`
+# swaps such a function for the same compute built as one reduction over the plane
+# (``by_axis=False``), which the CPU rule turns into vector partial sums (``vector_partial_sums``).
+# The function is recognised by rebuilding it: only an exact match is swapped, so a fused
+# function (a consumer after the pool) or anything else stays as it is.
+
+
+def whole_plane_sums(func):
+    """``func`` as one reduction over the plane when it is exactly tvm_pool's global average."""
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+
+    sch = s_tir.Schedule(func)
+    chains = analysis.pass_chains(sch)
+    if len(chains) != 1 or len(func.params) != 2:
+        return func
+    first = sch.get(chains[0].passes[0])
+    if analysis.pool_kind(first) != "avg_sum_pass" or not first.reads:
+        return func
+    data = analysis.region_buffer(first.reads[0])
+    x = te.placeholder(data.shape, data.dtype, name=data.name)
+
+    index_dtype = str(data.shape[0].ty) if data.shape else "int64"  # Relax builds int64 indices
+
+    def build(by_axis):
+        made = te.create_prim_func([x, compute.global_pool(x, "avg", by_axis=by_axis)], index_dtype_override=index_dtype)
+        return tvm.tirx.PrimFunc(made.params, made.body, attrs=func.attrs)
+
+    if not tvm_ffi.structural_equal(func, build(True)):
+        return func
+    return build(False)
+
+
 FAMILY = cpu.register_family(cpu.CpuFamily(
-    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4
+    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
+    vector_partial_sums=True, register_tiles=True,
 ))
 
 
 class Pool(cpu.Pool):
-    """The shared CPU rule on aarch64 targets, on the function with its max as FMAX."""
+    """The shared CPU rule on aarch64 targets, on the function with its max as FMAX and a
+    whole-plane average as one reduction."""
 
     family = FAMILY
 
     def prepare(self, func):
-        return use_fmax(func)
+        return use_fmax(whole_plane_sums(func))

@@ -123,6 +123,11 @@ def cases():
                                                      count_include_pad=1, ceil_mode=1), {"X": _input([1, 3, 13, 13], "float32", 14)}, "ort"))
     c.append(("avgpool_2x2", pool_model("AveragePool", [1, 16, 28, 28], kernel_shape=[2, 2], strides=[2, 2]),
               {"X": _input([1, 16, 28, 28], "float32", 15)}, "ort"))
+    # long windows: vector partial sums (schedules/cpu.py, _vector_partial_sums)
+    c.append(("avgpool_1d_k64_s32", pool_model("AveragePool", [1, 4, 800], kernel_shape=[64], strides=[32]),
+              {"X": _input([1, 4, 800], "float32", 28)}, "ort"))
+    c.append(("lppool_1d_k32", pool_model("LpPool", [1, 3, 512], kernel_shape=[32], strides=[16], p=2),
+              {"X": _input([1, 3, 512], "float32", 29)}, "ort"))
     c.append(("lppool", pool_model("LpPool", [1, 3, 10, 10], kernel_shape=[3, 3], strides=[2, 2], p=3, pads=[1, 1, 1, 1]),
               {"X": _input([1, 3, 10, 10], "float32", 16)}, "ort"))
     for op in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -156,6 +161,11 @@ def cases():
     c.append(("fused_relu_pool_add", _graph([helper.make_node("Relu", ["X"], ["r"]), helper.make_node("MaxPool", ["r"], ["p"], **S2),
                                              helper.make_node("Add", ["p", "B"], ["Y"])], [1, 16, 24, 24], inits=[bias]),
               {"X": _input([1, 16, 24, 24], "float32", 22)}, "ort"))
+    bias1d = numpy_helper.from_array(np.linspace(-1, 1, 6).astype(np.float32).reshape(6, 1), "B")
+    c.append(("fused_relu_longavg_add", _graph([helper.make_node("Relu", ["X"], ["r"]),
+                                                helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[64], strides=[32]),
+                                                helper.make_node("Add", ["p", "B"], ["Y"])], [1, 6, 640], inits=[bias1d]),
+              {"X": _input([1, 6, 640], "float32", 31)}, "ort"))
     z = helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1, 8, 12, 12])
     c.append(("pool_concat", _graph([helper.make_node("MaxPool", ["X"], ["p"], **S2), helper.make_node("Concat", ["p", "Z"], ["Y"], axis=1)],
                                     [1, 8, 24, 24], extra_inputs=[z]),

@@ -11,10 +11,10 @@ import warnings
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
+from tvm import relax, te
 
 import tvm_pool
-from tvm_pool import relax_ops
+from tvm_pool import compute, relax_ops
 from tvm_pool.schedules import arm, rules_for, x86
 from tvm_pool.targets import resolve_target
 
@@ -91,3 +91,98 @@ def test_x86_unchanged_by_the_arm_rewrite():
     sch = x86.Pool().apply(func, tvm.target.Target({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell"}), False)
     assert sch is not None and "T.isnan" in sch.mod["main"].script()
     assert np.isnan(np.float32("nan"))  # (the x86 NaN semantics are tested bit-exact in test_schedules_x86)
+
+
+# ---------------------------------------------------------------------------------------------
+# Long sums as vector partial sums (rfactor): the aarch64 rule run on this machine's CPU
+# ---------------------------------------------------------------------------------------------
+
+def _bias_add(t):
+    return te.compute(t.shape, lambda *i: t(*i) + tvm.tirx.const(0.25, t.dtype) * i[1].astype(t.dtype), name="bias_add")
+
+
+def _relu(t):
+    return te.compute(t.shape, lambda *i: tvm.tirx.max(t(*i), tvm.tirx.const(0, t.dtype)), name="relu")
+
+
+# name: (input shape, TE graph, reassociated?). Partial sums need contiguous taps, a multiple of
+# the lanes, more taps than the row schedule unrolls and no padded copy (padded windows take
+# the vector-row schedule); the rest keeps the in-order sum.
+LONG_SUMS = {
+    "avg_k64_s32": ([2, 3, 1000], lambda x: compute.avg_pool(x, [64], strides=[32]), True),
+    "avg_k32_s8": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8]), True),
+    "avg_k32_s8_padded": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8], pads=[5, 7]), False),
+    "lp2_k32_s32": ([1, 3, 640], lambda x: compute.lp_pool(x, [32], strides=[32], p=2), True),
+    "fused_relu_avg_add": ([1, 5, 512], lambda x: _bias_add(compute.avg_pool(_relu(x), [64], strides=[32])), True),
+    "avg_k18_s9_tail": ([1, 3, 400], lambda x: compute.avg_pool(x, [18], strides=[9]), True),
+    # whole-plane averages: rebuilt as one reduction (arm.whole_plane_sums), then partial sums
+    "global_avg_7x7": ([2, 6, 7, 7], lambda x: compute.global_pool(x, "avg"), True),
+    "avg_whole_8x8": ([1, 5, 8, 8], lambda x: compute.avg_pool(x, [8, 8]), True),
+    "global_avg_one_reduction": ([1, 4, 5, 9], lambda x: compute.global_pool(x, "avg", by_axis=False), True),
+    "global_avg_relu": ([1, 4, 7, 7], lambda x: _relu(compute.global_pool(x, "avg")), False),  # not the exact function
+    "global_lp": ([1, 4, 7, 7], lambda x: compute.global_pool(x, "lp", p=2), False),
+    "avg_dilated": ([1, 3, 400], lambda x: compute.avg_pool(x, [32], strides=[16], dilations=[2]), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_SUMS))
+def test_long_sums_as_vector_partial_sums(name):
+    from test_arm_emulated import _tolerance  # the aarch64 tests' tolerances
+
+    shape, build, reassociated = LONG_SUMS[name]
+    x = te.placeholder(shape, "float32", name="x")
+    out = build(x)
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    sch = arm.Pool().apply(func, tvm.target.Target(A72), False)
+    assert sch is not None
+    scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+    assert ("_rf" in scheduled.script()) == reassociated
+    data = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    got, want = (_run_host(f, data, out) for f in (scheduled, func))
+    if reassociated:
+        rtol, atol = _tolerance("float32")
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def _run_host(func, data, out):
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
+    lib["main"](tvm.runtime.tensor(data), res)
+    return res.numpy()
+
+
+# Separable passes: rows in whole vector chunks, a row no chunk divides cut into whole chunks and
+# a tail (loop_partition); rows left to LLVM in tiles of one register, a window reduction's
+# consumers per tile. Max and in-order sums stay bit-exact.
+PASS_ROWS = {
+    "max1d_k32_s1_p16": ([1, 3, 100], lambda x: compute.max_pool(x, [32], strides=[1], pads=[16, 16])),
+    "max3x3_s1_p1_odd": ([1, 3, 29, 37], lambda x: compute.max_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    "avg3x3_s1_p1": ([1, 3, 56, 56], lambda x: compute.avg_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    "video3d_1x3x3_s2": ([1, 2, 3, 27, 27], lambda x: compute.max_pool(x, [1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+    "fused_relu_max1d_add": ([1, 4, 77], lambda x: _bias_add(compute.max_pool(_relu(x), [20], strides=[1], pads=[3, 4]))),
+    # rows LLVM's loop would end in a scalar tail: tiles of one register (28 = 7 x 4 lanes)
+    "max3d_k2_row28": ([1, 2, 4, 8, 56], lambda x: compute.max_pool(x, [2, 2, 2], strides=[2, 2, 2])),
+    "max2x2_s2_row28_relu": ([1, 3, 6, 56], lambda x: _relu(compute.max_pool(x, [2, 2], strides=[2, 2]))),
+    # window reductions (row schedule): the consumers per output, in a tile of vector lanes
+    "avg2x2_s2_relu_add": ([1, 3, 28, 28], lambda x: _bias_add(_relu(compute.avg_pool(x, [2, 2], strides=[2, 2])))),
+    "avg3d_k2": ([1, 2, 4, 12, 12], lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])),
+    "avg2x2_s2_odd_row": ([1, 3, 14, 18], lambda x: compute.avg_pool(x, [2, 2], strides=[2, 2])),
+    "lp2x2_s2": ([1, 3, 16, 16], lambda x: compute.lp_pool(x, [2, 2], strides=[2, 2], p=3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PASS_ROWS))
+def test_pass_rows_bit_exact(name):
+    shape, build = PASS_ROWS[name]
+    x = te.placeholder(shape, "float32", name="x")
+    out = build(x)
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    sch = arm.Pool().apply(func, tvm.target.Target(A72), False)
+    assert sch is not None
+    data = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    data.flat[::31] = np.nan
+    scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+    got, want = (_run_host(f, data, out) for f in (scheduled, func))
+    np.testing.assert_array_equal(got, want)

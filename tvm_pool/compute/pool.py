@@ -283,18 +283,20 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
     return te.compute(_out_shape(data, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
 
 
-def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None) -> te.Tensor:
+def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, by_axis: bool = True) -> te.Tensor:
     """The sum over each window's data taps in the accumulation type (padding adds 0;
-    ``map_input`` maps each tap first, e.g. |x|^p, and must map 0 to 0)."""
+    ``map_input`` maps each tap first, e.g. |x|^p, and must map 0 to 0). ``by_axis=False``
+    keeps one reduction over all taps even where the windows are :func:`separable`: the same
+    sum, which a schedule may reassociate as a whole (vector partial sums, schedules/arm.py)."""
     acc = accumulate_dtype(data.dtype)
     add_all = lambda taps: reduce(lambda a, b: a + b, taps)  # noqa: E731
-    if flat_plane(windows):
+    if by_axis and flat_plane(windows):
         def tap_value(x):
             x = x.astype(acc)
             return map_input(x) if map_input is not None else x
 
         return _flat_plane_passes(data, windows, add_all, tap_value, kind, name)
-    if separable(windows):
+    if by_axis and separable(windows):
         # The padded copy converts to the accumulation type once; the passes add in it.
         source, offsets = padded(data, windows, 0, dtype=acc)
         return _axis_passes(source, offsets, windows, add_all, map_input, kind, name)
@@ -615,8 +617,9 @@ def avg_pool(
     ceil_mode: bool = False,
     *,
     count_include_pad: bool = False,
+    by_axis: bool = True,
 ):
-    """Average pooling.
+    """Average pooling (``by_axis``: see :func:`window_sum`).
 
     The divisor counts the taps that land in the data, plus (with ``count_include_pad``) those
     in the explicit or SAME padding, never those in the ceil-mode overhang past the padding.
@@ -624,7 +627,7 @@ def avg_pool(
     divides 0 by 0 (NaN), which is what the specification's formula gives.
     """
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    return _windowed_sum_then(data, windows, "avg", average(windows), count_include_pad)
+    return _windowed_sum_then(data, windows, "avg", average(windows), count_include_pad, by_axis=by_axis)
 
 
 def average(windows):
@@ -657,7 +660,7 @@ def lp_pool(
     return _lp(data, windows, p)
 
 
-def _lp(data, windows, p):
+def _lp(data, windows, p, by_axis=True):
     p = float(p)
     if p <= 0:
         raise ValueError(f"Lp pooling needs p > 0, got {p}")
@@ -678,16 +681,16 @@ def _lp(data, windows, p):
             return tirx.sqrt(total)
         return tirx.power(total, tirx.const(1.0 / p, acc))
 
-    return _windowed_sum_then(data, windows, "lp", root, False, map_input=power)
+    return _windowed_sum_then(data, windows, "lp", root, False, map_input=power, by_axis=by_axis)
 
 
-def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input=None):
+def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input=None, by_axis=True):
     """A windowed sum in the accumulation type, then ``finish(sum, count)`` per output."""
     rank = len(windows)
     acc = accumulate_dtype(data.dtype)
     out_shape = _out_shape(data, windows)
     lead = len(data.shape) - rank
-    total = window_sum(data, windows, f"{kind}_sum", f"{kind}_pool_sum", map_input)
+    total = window_sum(data, windows, f"{kind}_sum", f"{kind}_pool_sum", map_input, by_axis)
 
     def finalize(*out_idx):
         count = window_count(windows, out_idx[lead:], count_include_pad).astype(acc)
@@ -696,14 +699,15 @@ def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input
     return te.compute(out_shape, finalize, name=f"{kind}_pool", attrs=block_attrs(f"{kind}_finalize", rank))
 
 
-def global_pool(data: te.Tensor, kind: str, spatial_rank: int | None = None, p: float = 2.0):
-    """GlobalMaxPool / GlobalAveragePool / GlobalLpPool: one window over all spatial axes."""
+def global_pool(data: te.Tensor, kind: str, spatial_rank: int | None = None, p: float = 2.0, by_axis: bool = True):
+    """GlobalMaxPool / GlobalAveragePool / GlobalLpPool: one window over all spatial axes
+    (``by_axis``: see :func:`window_sum`)."""
     spatial_rank = spatial_rank or len(data.shape) - 2
     windows = spec.global_windows(data.shape[len(data.shape) - spatial_rank :])
     if kind == "max":
         return max_pool_windows(data, windows)
     if kind == "avg":
-        return _windowed_sum_then(data, windows, "avg", average(windows), False)
+        return _windowed_sum_then(data, windows, "avg", average(windows), False, by_axis=by_axis)
     if kind == "lp":
-        return _lp(data, windows, p)
+        return _lp(data, windows, p, by_axis)
     raise ValueError(f"unknown global pool kind {kind!r}")
