@@ -12,8 +12,8 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
 - int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
 - bfloat16 arithmetic goes through float32 (4 lanes).
 - No gather: a long sum over contiguous taps (a 1-D window of more than 16 taps, a whole plane)
-  is reassociated into vector partial sums (``vector_partial_sums``; a few ulp from the
-  in-order sum, within the aarch64 tests' tolerances, where x86 stays bit-exact), a global
+  is reassociated into vector partial sums (``cpu._vector_partial_sums``; a few ulp from the
+  in-order sum, within the tests' tolerances; x86 does the same with 8 lanes), a global
   average rebuilt as one reduction for it (:func:`whole_plane_sums`); rows LLVM's vectoriser
   would end in a scalar tail are given to it in one-register tiles (``register_tiles``).
 
@@ -237,7 +237,7 @@ def use_fmax(func):
 # columns. A 7-wide column vector does not fill NEON registers, and the column sum is scalar
 # (ResNet's 2048x7x7 head: 67 instructions per output, 0.8x stock TVM). :func:`whole_plane_sums`
 # swaps such a function for the same compute built as one reduction over the plane
-# (``by_axis=False``), which the CPU rule turns into vector partial sums (``vector_partial_sums``).
+# (``by_axis=False``), which the CPU rule turns into vector partial sums (``cpu._vector_partial_sums``).
 # The function is recognised by rebuilding it: only an exact match is swapped, so a fused
 # function (a consumer after the pool) or anything else stays as it is.
 
@@ -269,7 +269,7 @@ def whole_plane_sums(func):
 
 FAMILY = cpu.register_family(cpu.CpuFamily(
     "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
-    vector_partial_sums=True, register_tiles=True,
+    register_tiles=True,
 ))
 
 

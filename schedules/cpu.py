@@ -105,12 +105,6 @@ class CpuFamily:
     # check; NEON rows are cut into chunks of a few registers, or left to LLVM's vectoriser
     # (which adds a scalar tail) when no chunk divides the row.
     vector_row_registers: int | None = None
-    # May a long window's sum be reassociated into vector partial sums (``rfactor``)? The
-    # unscheduled compute adds the taps in order; the partial sums round differently (a few ulp
-    # of the sum, within the aarch64 tests' tolerances). x86 keeps the order (its schedules are
-    # tested bit-exact) and gathers outputs instead; NEON has no gather, so an in-order strided
-    # sum stays scalar (1-D avg k64 s32: 130 instructions per output, as many as stock TVM).
-    vector_partial_sums: bool = False
     # Are the output rows left to LLVM's vectoriser cut into tiles of one vector register's
     # lanes, a window reduction's consumers (the average's division, ...) computed per tile?
     # LLVM then vectorises each tile whole: no row ends in a scalar tail of its interleaved
@@ -144,7 +138,7 @@ def vector_row_lanes(target: Target, dtype: str):
     """(most lanes of one TVM-vectorised pass row chunk, lanes of one register) for a family
     with ``vector_row_registers``."""
     family = family_of(target)
-    lanes = max(vector_bits(target, dtype) // _dtype_bits(dtype), 1)
+    lanes = min(max(vector_bits(target, dtype) // _dtype_bits(dtype), 1), _MAX_PARTIAL_SUM_LANES)
     return lanes * (family.vector_row_registers or 1), lanes
 
 
@@ -371,8 +365,6 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
             # would gather them)
             sch.reorder(*reduce_loops, rest[-1])
             sch.decompose_reduction(block, reduce_loops[0])
-        elif level == FULL and rest and reduce_loops and _tap_lanes(sch, block, reduce_loops[-1]):
-            _partial_sums_in_lanes(sch, block, rest[-1], reduce_loops[-1], _tap_lanes(sch, block, reduce_loops[-1]))
 
     # 3. consumers (finalize, add, relu) at the row, so the intermediate stays a row in cache;
     #    the padded copy (if any) is made per row too.
@@ -393,8 +385,16 @@ def schedule_block(sch: s_tir.Schedule, block, target: Target, level: int = FULL
         partial[1]()
 
 
+# Partial sums per output: one register's lanes, at most 8. Fewer partial sums leave less to
+# add up per output (AVX-512, 1-D avg k64 s32 over 128x16000, 1 thread: 0.27 ms with 8 lanes,
+# 0.38 ms with 16). The sums round differently from the compute's in-order loop: a few ulp of
+# the sum, within the tolerances the average tests hold against onnxruntime.
+_MAX_PARTIAL_SUM_LANES = 8
+
+
 def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
-    """A long sum over contiguous taps as vector partial sums, for families that allow it::
+    """A long sum over contiguous taps as vector partial sums (NEON: 1-D avg k64 s32 took 130
+    instructions per output in order, as many as stock TVM; x86: see _MAX_PARTIAL_SUM_LANES)::
 
         for out[-1]
           partial[lanes] = 0
@@ -407,13 +407,12 @@ def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
     plane); anything else keeps the in-order schedule (None). Returns the row loop (rfactor gives
     the partial sums a copy of the block's loops; the write-back joins them there) and what is
     left to do once the consumers are attached (loop_partition's blocks would keep them out)."""
-    family = family_of(target)
-    if family is None or not family.vector_partial_sums or not reduce_loops:
+    if family_of(target) is None or not reduce_loops:
         return None
     if not analysis.pool_kind(sch.get(block)).endswith("_sum") or taps is None or taps <= _MAX_UNROLLED_ROW_TAPS:
         return None
     dtype = analysis.region_dtype(sch.get(block).writes[0])
-    lanes = max(vector_bits(target, dtype) // _dtype_bits(dtype), 1)
+    lanes = min(max(vector_bits(target, dtype) // _dtype_bits(dtype), 1), _MAX_PARTIAL_SUM_LANES)
     if lanes < 2 or not _contiguous_taps(sch, block):
         return None
     tap = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
@@ -481,45 +480,6 @@ def _pass_windows_overlap(sch, block, axis: int, rank: int) -> bool:
         if int(rng.extent) > int(coeffs[0]):
             return True
     return False
-
-
-# Lanes of partial results for a long window whose taps are contiguous (_partial_sums_in_lanes).
-_TAP_LANES = (8, 4)
-
-
-def _tap_lanes(sch, block, tap_loop):
-    """Lanes for :func:`_partial_sums_in_lanes`, or None: the innermost tap loop reads
-    contiguous data and has a multiple of the lanes, at least two of them, as its extent."""
-    extent = _loop_extent(sch, tap_loop)
-    info = sch.get(block)
-    var = info.iter_vars[-1].var
-    if extent is None or len(info.reads) != 1 or len(info.writes) != 1 or int(info.iter_vars[-1].iter_type) != 2:
-        return None  # (an argmax's ties go to the first tap in scan order: lanes would reorder them)
-    body = info.body
-    if not (isinstance(body, tirx.BufferStore) and isinstance(body.value, (tirx.Add, tirx.Max))):
-        return None  # TVM's rfactor knows sums and plain max, not the NaN-propagating select
-    coeffs = detect_linear_equation(info.reads[0].region[-1].min, [var])
-    if not (len(coeffs) and isinstance(coeffs[0], tirx.IntImm) and int(coeffs[0]) == 1):
-        return None
-    return next((lanes for lanes in _TAP_LANES if extent % lanes == 0 and extent >= 2 * lanes), None)
-
-
-def _partial_sums_in_lanes(sch, block, out_loop, tap_loop, lanes: int) -> None:
-    """A long strided window over contiguous taps (1-D avg k64 s32): the taps reduced into
-    ``lanes`` partial results per output, each a contiguous vector load (``rfactor``), then the
-    lanes combined. Outputs are 32 elements apart, so vectorising across outputs would gather;
-    a plain tap loop is one dependent add per tap (1-D avg k64 s32 over 128x16000, 1 thread:
-    0.33 ms, against 1.3 ms for the tap loop). Sums are added in another order."""
-    _, lane = sch.split(tap_loop, [None, lanes])
-    partial = sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
-    sch.compute_at(partial, out_loop)
-    loops = sch.get_loops(partial)
-    sch.reorder(loops[-1], loops[-2])  # the lanes inside the remaining tap loop
-    loops = sch.get_loops(partial)
-    sch.vectorize(loops[-1])
-    init = sch.decompose_reduction(partial, loops[-2])
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.unroll(sch.get_loops(block)[-1])
 
 
 def _inner_read_stride(sch, block):

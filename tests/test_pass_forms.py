@@ -5,7 +5,7 @@
   (compute.pool._doubling_passes);
 - global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes);
 - long strided windows over contiguous taps, reduced into lanes of partial results first
-  (schedules.cpu._partial_sums_in_lanes)."""
+  (schedules.cpu._vector_partial_sums)."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def test_long_strided_windows_match_oracles(seed):
         np.testing.assert_array_equal(got, plain)
 
 
-def test_partial_sums_in_lanes_schedule():
+def test_vector_partial_sums_schedule():
     from tvm import te
 
     from tvm_pool.schedules import cpu
