@@ -17,7 +17,10 @@ import os
 import sys
 
 os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # before importing tvm: load the runtime only
-# tvm_pool's schedules are parallel: unpin TVM's workers, as tvm_pool itself does (tvm_pool/thread_pool.py)
+# tvm_pool's schedules are parallel: unpin TVM's workers, as tvm_pool itself does (tvm_pool/thread_pool.py).
+# On x86 TVM also runs only half as many threads as logical CPUs unless TVM_NUM_THREADS is set
+# (it assumes two hyper-threads per core): on a machine without SMT, set TVM_NUM_THREADS to
+# the core count (tvm_pool does that when imported; this script runs without it).
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 import numpy as np  # noqa: E402

@@ -103,13 +103,23 @@ def test_tune_writes_a_database_tvm_reads(tuned):
     database = ms.database.JSONDatabase(work_dir=log_dir)
     (pool,) = result.tasks
     assert pool.kind == "pool" and pool.trials >= 2
-    assert len(database) == pool.trials  # every candidate measured and recorded
+    # every candidate measured; recorded: the hand-written one and the knobs clearly faster
+    assert 1 <= len(database) == pool.recorded <= pool.trials
     assert pool.default_ms is not None and pool.best_ms <= pool.default_ms
     meta = json.load(open(os.path.join(log_dir, tuning.META_FILE)))
     assert meta["family"] == tuning.target_family(TARGET) and "avx2" in meta["features"]
     assert meta["runs"][-1]["model"] == "relu_pool"
+    assert meta["runs"][-1]["threads"] == tvm.get_global_func("runtime.NumThreads")()
     # progress: a line per task with the candidates measured, the best time, and an ETA
     assert any(l.startswith("[pool 1/1]") and "best" in l and "ETA" in l for l in lines), lines
+
+
+def test_a_knob_is_recorded_only_when_clearly_faster_than_the_hand_written_schedule():
+    gain = tuning.POOL_MIN_GAIN
+    measured = [("hand-written", None, [1e-3], 1.0), ("threads: one", None, [0.99e-3], 0.99),
+                ("vector: off", None, [0.5e-3], 1.0 - gain), ("padding: copy", None, [2e-3], 2.0)]
+    kept = [label for label, *_ in tuning.pool_records_to_keep(measured)]
+    assert kept == ["hand-written", "vector: off"]
 
 
 def test_compile_applies_the_tuned_records(tuned):
@@ -174,14 +184,13 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
     lines = open(records).read().splitlines()
     good = len(lines)
     with open(records, "w") as f:
-        f.write("\n".join(lines[:-1]) + "\n")
+        f.write("\n".join(lines) + "\n")
         f.write("[0, {not json\n")
         f.write('[99, ["x"]]\n')
-        f.write(lines[-1][: len(lines[-1]) // 2])  # truncated last line
+        f.write(lines[-1][: len(lines[-1]) // 2])  # truncated last line, as from an interrupted write
     with pytest.warns(tuning.TuningLogWarning, match=r"3 corrupt line\(s\).*database_tuning_record.json:\d+"):
         database = tuning.load_logs(TARGET, [bad], shipped=False)
-    assert database is not None and len(database.get_all_tuning_records()) >= 1
-    assert good >= 2
+    assert database is not None and len(database.get_all_tuning_records()) == good >= 1
     # the build never fails because of a log: garbage everywhere still compiles
     with open(os.path.join(bad, tuning.WORKLOAD_FILE), "w") as f:
         f.write("garbage\n")
@@ -285,3 +294,36 @@ def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     out, err = capsys.readouterr()
     lines = [l for l in err.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("tvm-pool: error:") and message in lines[0], err
+
+
+@pytest.mark.parametrize("family_target", [{"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
+                                           {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}])
+def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch):
+    """The shipped logs hold the benchmark's pooling layers: compile applies their records
+    (tuning.SHIPPED_POOLING_RECORDS) when TVM runs the thread count they were tuned with, and
+    the result is bit-exact."""
+    from tvm_pool.bench.runner import build_model, make_input, workloads  # pylint: disable=import-outside-toplevel
+
+    target = tvm.target.Target(family_target)
+    if not os.path.isdir(tuning.shipped_log_dir(target)):
+        pytest.skip(f"no shipped log for {tuning.target_family(target)}")
+    if tuning.mismatch(tuning.describe_target(target), TARGET) is not None:
+        pytest.skip(f"this CPU cannot run {tuning.target_family(target)} code")
+    (workload,) = [w for w in workloads(quick=False) if w.name == "maxpool_int8"]
+    mod = tvm_pool.from_onnx(build_model(workload))
+    meta = json.load(open(os.path.join(tuning.shipped_log_dir(target), tuning.META_FILE)))
+    (threads,) = tuning.tuned_threads(meta)  # one thread count per shipped log
+    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads)
+    applied = dict(tuning.records_for(mod, target))
+    assert all(tuning.shipped_log_dir(target) in r for r in applied.values()), applied
+    # another thread count than the log's: the pool keeps its hand-written schedule
+    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads + 1)
+    assert set(dict(tuning.records_for(mod, target)).values()) == {"none"}
+    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads)
+    monkeypatch.setattr(tuning, "SHIPPED_POOLING_RECORDS", False)
+    assert set(dict(tuning.records_for(mod, target)).values()) == {"none"}
+    monkeypatch.setattr(tuning, "SHIPPED_POOLING_RECORDS", True)
+    x = tvm.runtime.tensor(make_input(workload))
+    outs = [relax.VirtualMachine(tvm_pool.compile(mod, target, **kw), tvm.cpu())["main"](x).numpy()
+            for kw in ({}, {"schedule": False})]
+    np.testing.assert_array_equal(outs[0], outs[1])

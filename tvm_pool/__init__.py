@@ -1,8 +1,8 @@
 """tvm_pool: exact, fast pooling for Apache TVM."""
 
-from .thread_pool import unpin_worker_threads
+from . import thread_pool
 
-unpin_worker_threads()  # before any TVM parallel call: see thread_pool
+thread_pool.configure()  # before any TVM parallel call: see thread_pool
 
 # pylint: disable=wrong-import-position
 from . import relax_ops, spec  # noqa: E402

@@ -96,7 +96,9 @@ class Device:
 
     def env(self, extra: dict | None = None, *, runtime_only: bool = True) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONHOME")}
-        env.update(PYTHONPATH=str(self.site), PYTHONNOUSERSITE="1", TVM_NUM_THREADS=env.get("TVM_NUM_THREADS", "1"))
+        # One guest thread unless ``extra`` says otherwise: the host's TVM_NUM_THREADS (which
+        # importing tvm_pool sets, see tvm_pool.thread_pool) counts the host's cores, not the board's.
+        env.update(PYTHONPATH=str(self.site), PYTHONNOUSERSITE="1", TVM_NUM_THREADS="1")
         if runtime_only:
             env["TVM_USE_RUNTIME_LIB"] = "1"
         env.update(extra or {})

@@ -202,6 +202,21 @@ def _mean(run_secs) -> float:
     return sum(values) / len(values) if values else float("inf")
 
 
+def pool_records_to_keep(measured):
+    """Of the measured pooling candidates ``[(label, schedule, run_secs, ms), ...]``, those whose
+    records go in the log: the hand-written schedule, and each knob that beat it by at least
+    ``POOL_MIN_GAIN`` (a gain within the noise of a measurement did not hold up when re-timed,
+    and the database applies whatever record is fastest)."""
+    default_ms = next((ms for label, _, _, ms in measured if label.startswith("hand-written")), None)
+    return [item for item in measured
+            if item[0].startswith("hand-written") or default_ms is None or item[3] <= default_ms * (1 - POOL_MIN_GAIN)]
+
+
+def _median(values) -> float:
+    ordered = sorted(values)
+    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+
+
 def read_log(log_dir: str) -> LogRecords:
     """Read a log directory line by line: good lines are kept, bad ones are listed. Records stay
     JSON (best first per workload) until used: parsing all of them (TVM's TuningRecord.from_json,
@@ -303,6 +318,8 @@ def _load(target, dirs, shipped):
         tuple((os.path.abspath(d), explicit, _stamp(d)) for d, explicit in candidates),
         target_family(target),
         tuple(target_features(target)),
+        SHIPPED_POOLING_RECORDS,
+        runtime_threads(),
     )
     if key not in _LOADED:
         with warnings.catch_warnings(record=True) as caught:
@@ -350,9 +367,10 @@ def _load_uncached(target, candidates):
         if why is not None:
             _warn(f"tuning log {log_dir}: {why}; not used")
             continue
+        pooling_applies = explicit or (SHIPPED_POOLING_RECORDS and tuned_threads(meta) == {runtime_threads()})
         for workload, records in logs.records:
-            if not explicit and _is_pooling(workload.mod):
-                continue  # see SHIPPED_POOLING_RECORDS
+            if not pooling_applies and _is_pooling(workload.mod):
+                continue
             key = tvm_ffi_key(workload.mod)
             if key in best and best[key][0] <= records[0][0]:
                 continue
@@ -381,19 +399,31 @@ def _load_uncached(target, candidates):
     return database, {key: log_dir for key, (_, _, log_dir) in best.items()}
 
 
-# The shipped logs' pooling records are not applied: they were measured while other jobs held
-# this 2-core machine's second core, so "one thread" won most pooling tasks, and on a quiet
-# machine two of them ran 2x slower than the hand-written schedule (3-D 2x2x2 max 0.14 -> 0.32
-# ms, global average at batch 32 0.19-0.27 -> 0.35 ms, 2 threads). Pooling keeps the
-# hand-written schedule unless the user passes a log of their own (tuning_logs=...), which is
-# applied in full; the shipped records for everything else (convolutions, ...) are applied.
-SHIPPED_POOLING_RECORDS = False
+# Whether the shipped logs' pooling records are applied (a log the user passes is applied in
+# full either way). They are, when this process runs as many TVM threads as the log was tuned
+# with: a pool's best schedule depends on the thread count (rows and planes in parallel won by
+# 9% on two threads and lost by 5% on one, AVX2 Relu -> MaxPool -> Add). Re-tuned on a quiet
+# machine, each knob kept only when clearly faster than the hand-written schedule, then re-timed
+# against it on every benchmark workload (`python -m tvm_pool.bench.tune_shipped --what verify`,
+# bench/results/tuned_pools_*.md): none slower beyond the noise of timing one module twice. An
+# earlier log, measured with one TVM thread while other jobs ran, made two pools 2x slower at two
+# threads. False keeps the hand-written pooling schedules with the shipped logs.
+SHIPPED_POOLING_RECORDS = True
+
+
+def runtime_threads() -> int:
+    """TVM's thread count in this process (what a module compiled here runs with)."""
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def tuned_threads(log_meta: dict) -> set:
+    """The TVM thread counts a log's runs were measured with (``target.json``; empty for a log
+    that predates the field)."""
+    return {run["threads"] for run in log_meta.get("runs", []) if isinstance(run, dict) and "threads" in run}
 
 
 def _is_pooling(mod) -> bool:
     """Whether a tuning workload is a pooling PrimFunc (it has a tvm_pool or TOPI pool block)."""
-    if SHIPPED_POOLING_RECORDS:
-        return False
     from tvm import s_tir  # pylint: disable=import-outside-toplevel
 
     from .schedules import analysis  # pylint: disable=import-outside-toplevel
@@ -463,6 +493,7 @@ class TaskResult:
     trials: int = 0
     best_ms: float | None = None
     default_ms: float | None = None  # pooling: the hand-written schedule's time
+    recorded: int = 0  # pooling: candidates written to the log (see pool_records_to_keep)
     best_label: str = ""
 
 
@@ -656,6 +687,12 @@ def _rpc_alloc_argument(session, device, args_info, alloc_repeat):
 
 # Settings for a small machine (2 cores): measured in the README's Tune section.
 EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)
+# Pooling candidates: rounds over all of them, and the gain a knob needs over the hand-written
+# schedule to be recorded. Measured on the benchmark's workloads (2 threads, znver4): with one
+# round, a knob that timed 18% faster (3x3 s2 ceil max) was 1-3% slower when re-timed; the
+# spread between rounds of one candidate is about 2-4%.
+POOL_ROUNDS = 3
+POOL_MIN_GAIN = 0.05
 SEARCH = dict(
     population_size=64,
     init_measured_ratio=0.2,
@@ -723,6 +760,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
         )
     device = rpc_device(rpc) if rpc else None
     emulated = device.emulated if device else None
+    measuring_threads = device.threads if device else runtime_threads()
     target = _with_num_cores(target, device.threads if device else num_cores())
     log_dir = log_dir or os.path.join("tuning_logs", target_family(target))
     os.makedirs(log_dir, exist_ok=True)
@@ -785,17 +823,22 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
             if res.error_msg is None:
                 inputs.append(RunnerInput(res.artifact_path, device_type, args_info))
                 order.append((label, sch))
-        times = [r.result() for r in runner.run(inputs)] if inputs else []
+        # Rounds over every candidate in turn, so a drift of the machine (another job, the clock)
+        # hits every candidate alike; a candidate's time is the mean of its per-round medians.
+        rounds = [[r.result() for r in runner.run(inputs)] for _ in range(POOL_ROUNDS)] if inputs else []
         workload = database.commit_workload(task_mod)
         result = TaskResult(task.task_name, "pool", trials=len(cands))
-        for (label, sch), res in zip(order, times):
-            if res.error_msg is not None or not res.run_secs:
+        measured = []
+        for i, (label, sch) in enumerate(order):
+            per_round = [r[i] for r in rounds]
+            if any(res.error_msg is not None or not res.run_secs for res in per_round):
                 continue
-            secs = [float(s) for s in res.run_secs]
+            secs = [_median([float(s) for s in res.run_secs]) for res in per_round]
+            measured.append((label, sch, secs, _mean(secs) * 1e3))
+        result.default_ms = next((ms_time for label, _, _, ms_time in measured if label.startswith("hand-written")), None)
+        for label, sch, secs, ms_time in pool_records_to_keep(measured):
             database.commit_tuning_record(TuningRecord(sch.trace, workload, secs, target, args_info))
-            ms_time = _mean(secs) * 1e3
-            if label.startswith("hand-written"):
-                result.default_ms = ms_time
+            result.recorded += 1
             if result.best_ms is None or ms_time < result.best_ms:
                 result.best_ms, result.best_label = ms_time, label
         for res in built:
@@ -851,7 +894,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
             results.extend(search_results.values())
             if not state["stopped"]:
                 _write_meta(log_dir, target, source, trials, sum(r.trials for r in results), time.time() - start, bool(rpc), emulated,
-                            stopped="interrupted")
+                            stopped="interrupted", threads=measuring_threads)
                 raise
             say(f"time budget of {_fmt_secs(time_budget_s)} reached: stopped after {state['done']} trials")
         else:
@@ -862,7 +905,7 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
     seconds = time.time() - start
     measured = sum(r.trials for r in results)
     _write_meta(log_dir, target, source, trials, measured, seconds, bool(rpc), emulated,
-                stopped="time budget" if deadline and time.time() >= deadline else None)
+                stopped="time budget" if deadline and time.time() >= deadline else None, threads=measuring_threads)
     say(f"wrote {log_dir}: {measured} measurements in {_fmt_secs(seconds)}")
     return TuneResult(log_dir, describe_target(target), results, seconds, measured, emulated)
 
@@ -940,7 +983,8 @@ def _progress_callback(results: dict, total: int, say, deadline=None):
     return _Progress(), state
 
 
-def _write_meta(log_dir, target, source, trials, measured, seconds, remote, emulated=None, stopped=None) -> None:
+def _write_meta(log_dir, target, source, trials, measured, seconds, remote, emulated=None, stopped=None,
+                threads=None) -> None:
     path = os.path.join(log_dir, META_FILE)
     meta = {}
     if os.path.exists(path):
@@ -959,6 +1003,9 @@ def _write_meta(log_dir, target, source, trials, measured, seconds, remote, emul
             "measurements": measured,
             "seconds": round(seconds, 1),
             "rpc": remote,
+            # TVM threads the candidates ran with: a record's choice (a pool on one thread or on
+            # all of them) holds for that count
+            **({"threads": threads} if threads else {}),
             **({"emulated": emulated} if emulated else {}),
             **({"stopped": stopped} if stopped else {}),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

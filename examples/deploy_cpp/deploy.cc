@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
   const std::string output_dir = argc > 3 ? argv[3] : "";
   // tvm_pool's schedules are parallel; TVM pins its worker threads but not the calling thread,
   // which can then share a worker's core (half speed). Unpin them unless the user chose.
-  // Must happen before the first parallel call creates the thread pool.
+  // Must happen before the first parallel call creates the thread pool. (On x86 TVM runs half
+  // as many threads as logical CPUs unless TVM_NUM_THREADS is set: set it to the core count on a
+  // machine without SMT, as importing tvm_pool does, see tvm_pool/thread_pool.py.)
   setenv("TVM_BIND_THREADS", "0", /*overwrite=*/0);
   try {
     // 1. Load the shared library and create a Relax VM on the CPU (pooled allocator = 2).
