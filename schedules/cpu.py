@@ -647,10 +647,13 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
         _register_tile(sch, sch.get_loops(last)[-1], target, analysis.region_dtype(sch.get(last).writes[0]))
 
 
-# Smaller inputs run on one thread: waking and joining the workers costs more than the second
-# thread saves (ResNet's 2048x7x7 global average: 0.0104 ms on 2 threads, 0.0071 ms on one;
-# a 600 KB 3x3 pool still gains 1.7x from the second thread).
-_MIN_PARALLEL_BYTES = 512 * 1024
+# Smaller inputs run on one thread: waking and joining the workers (about 1 us here) costs more
+# than the second thread saves. Measured with TVM's workers unpinned (tvm_pool.thread_pool),
+# 2 threads, znver4, one thread against two: 50 KB inputs 0.0017 vs 0.0023 ms (7x7 global
+# average), 0.0028 vs 0.0030 (3x3 s2 max); 100 KB 0.0083 vs 0.0068 (3x3 s1 max), 0.0144 vs
+# 0.0087 (2x2 max); 200 KB global average a tie, 401 KB 0.0059 vs 0.0044. (With the workers
+# pinned, before tvm_pool unpinned them, 401 KB was faster on one thread: 0.0071 vs 0.0104 ms.)
+_MIN_PARALLEL_BYTES = 96 * 1024
 
 # Inputs up to this size are treated as cache-resident (the last-level cache is 16-32 MB on
 # current x86 servers; a pooling benchmark or a network layer re-reads warm data).
