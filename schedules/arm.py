@@ -269,7 +269,7 @@ def whole_plane_sums(func):
 
 FAMILY = cpu.register_family(cpu.CpuFamily(
     "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
-    register_tiles=True,
+    register_tiles=True, vector_consumers=True,
 ))
 
 

@@ -186,3 +186,35 @@ def test_pass_rows_bit_exact(name):
     scheduled = sch.mod["main"].with_attr("global_symbol", "main")
     got, want = (_run_host(f, data, out) for f in (scheduled, func))
     np.testing.assert_array_equal(got, want)
+
+
+def _finalize_innermost_loop(scheduled) -> str:
+    """The TVMScript header of the innermost loop around the average's finalize block (the
+    division by the window count)."""
+    lines = scheduled.script().splitlines()
+    at = next(i for i, line in enumerate(lines) if 'T.sblock("avg_pool")' in line)
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    for line in reversed(lines[:at]):
+        if line.lstrip().startswith("for ") and len(line) - len(line.lstrip()) < indent:
+            return line.strip()
+    raise AssertionError("no loop around the finalize block")
+
+
+def test_average_division_vectorised_on_neon_only():
+    """The padded average's per-row division is TVM-vectorised on aarch64 (LLVM left its count
+    arithmetic scalar there) and left to LLVM on x86 (faster there); bit-exact either way."""
+    x = te.placeholder([1, 8, 20, 20], "float32", name="x")
+    out = compute.avg_pool(x, [3, 3], pads=[1, 1, 1, 1], count_include_pad=False)
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    loops = {}
+    for name, rule, target in (("arm", arm.Pool(), tvm.target.Target(A72)),
+                               ("x86", x86.Pool(), resolve_target("x86"))):
+        sch = rule.apply(func, target, False)
+        assert sch is not None
+        scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+        loops[name] = _finalize_innermost_loop(scheduled)
+        if name == "arm":
+            data = np.random.default_rng(1).standard_normal([1, 8, 20, 20]).astype("float32")
+            np.testing.assert_array_equal(*(_run_host(f, data, out) for f in (scheduled, func)))
+    assert "T.vectorized" in loops["arm"], loops
+    assert "T.vectorized" not in loops["x86"], loops
