@@ -190,7 +190,8 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
         f.write(lines[-1][: len(lines[-1]) // 2])  # truncated last line, as from an interrupted write
     with pytest.warns(tuning.TuningLogWarning, match=r"3 corrupt line\(s\).*database_tuning_record.json:\d+"):
         database = tuning.load_logs(TARGET, [bad], shipped=False)
-    assert database is not None and len(database.get_all_tuning_records()) == good >= 1
+    # the good lines are used: one workload in this log, so its best record
+    assert good >= 1 and database is not None and len(database.get_all_tuning_records()) == 1
     # the build never fails because of a log: garbage everywhere still compiles
     with open(os.path.join(bad, tuning.WORKLOAD_FILE), "w") as f:
         f.write("garbage\n")
