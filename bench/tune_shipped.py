@@ -143,7 +143,7 @@ def verify_pools(target, log_dir: str, out_dir: str, rounds: int = 15, calls: in
                      "record": applied[0] if applied else "none"})
         print(f"{w.name}: hand {hand_ms:.4f} ms, tuned {tuned_ms:.4f} ms, hand again {again_ms:.4f} ms "
               f"({rows[-1]['record']})", flush=True)
-    threads = int(tvm.get_global_func("runtime.NumThreads")())
+    threads = tuning.runtime_threads()
     stem = os.path.join(out_dir, f"tuned_pools_{tuning.target_family(target)}_{threads}threads")
     os.makedirs(out_dir, exist_ok=True)
     with open(stem + ".json", "w", encoding="utf-8") as fh:

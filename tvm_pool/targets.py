@@ -28,10 +28,10 @@ def host_target() -> Target:
 
 
 def num_cores() -> int:
-    """The cores this process may run on."""
-    import os
+    """The logical CPUs this process may run on."""
+    from .thread_pool import allowed_cpus
 
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return max(1, len(allowed_cpus()))
 
 
 _ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}

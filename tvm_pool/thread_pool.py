@@ -36,10 +36,15 @@ _USER_THREAD_COUNT_VARIABLES = (NUM_THREADS_VARIABLE, "OMP_NUM_THREADS")
 _HALVING_MACHINES = ("x86_64", "amd64")
 
 
+def allowed_cpus() -> list[int]:
+    """The logical CPUs this process may run on (its affinity; every CPU where there is none)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def physical_cores() -> int:
     """Physical cores among the CPUs this process may run on: hyper-threads of one core count
     once (Linux sysfs topology); the CPU count where the topology cannot be read."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = allowed_cpus()
     cores = set()
     for cpu in cpus:
         topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"

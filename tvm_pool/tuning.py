@@ -207,9 +207,15 @@ def pool_records_to_keep(measured):
     records go in the log: the hand-written schedule, and each knob that beat it by at least
     ``POOL_MIN_GAIN`` (a gain within the noise of a measurement did not hold up when re-timed,
     and the database applies whatever record is fastest)."""
-    default_ms = next((ms for label, _, _, ms in measured if label.startswith("hand-written")), None)
+    default_ms = _hand_written_ms(measured)
     return [item for item in measured
             if item[0].startswith("hand-written") or default_ms is None or item[3] <= default_ms * (1 - POOL_MIN_GAIN)]
+
+
+def _hand_written_ms(measured):
+    """The hand-written candidate's time among ``[(label, schedule, run_secs, ms), ...]`` (None
+    when it did not run)."""
+    return next((ms for label, _, _, ms in measured if label.startswith("hand-written")), None)
 
 
 def _median(values) -> float:
@@ -828,15 +834,15 @@ def tune(  # pylint: disable=too-many-arguments,too-many-locals,too-many-stateme
         rounds = [[r.result() for r in runner.run(inputs)] for _ in range(POOL_ROUNDS)] if inputs else []
         workload = database.commit_workload(task_mod)
         result = TaskResult(task.task_name, "pool", trials=len(cands))
-        measured = []
+        timed = []
         for i, (label, sch) in enumerate(order):
             per_round = [r[i] for r in rounds]
             if any(res.error_msg is not None or not res.run_secs for res in per_round):
                 continue
             secs = [_median([float(s) for s in res.run_secs]) for res in per_round]
-            measured.append((label, sch, secs, _mean(secs) * 1e3))
-        result.default_ms = next((ms_time for label, _, _, ms_time in measured if label.startswith("hand-written")), None)
-        for label, sch, secs, ms_time in pool_records_to_keep(measured):
+            timed.append((label, sch, secs, _mean(secs) * 1e3))
+        result.default_ms = _hand_written_ms(timed)
+        for label, sch, secs, ms_time in pool_records_to_keep(timed):
             database.commit_tuning_record(TuningRecord(sch.trace, workload, secs, target, args_info))
             result.recorded += 1
             if result.best_ms is None or ms_time < result.best_ms:
