@@ -162,6 +162,13 @@ PASS_ROWS = {
     "avg3x3_s1_p1": ([1, 3, 56, 56], lambda x: compute.avg_pool(x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     "video3d_1x3x3_s2": ([1, 2, 3, 27, 27], lambda x: compute.max_pool(x, [1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
     "fused_relu_max1d_add": ([1, 4, 77], lambda x: _bias_add(compute.max_pool(_relu(x), [20], strides=[1], pads=[3, 4]))),
+    # the padded average's division (count_include_pad=0) after the passes: a stage per row,
+    # TVM-vectorised (CpuFamily.vector_consumers), on an odd row (chunks and a tail); with a
+    # Relu and an Add after it, the division and both consumers in the last pass's vector row
+    "avg3x3_s1_p1_excl_relu_add": ([1, 3, 20, 20], lambda x: _bias_add(_relu(
+        compute.avg_pool(x, [3, 3], pads=[1, 1, 1, 1], count_include_pad=False)))),
+    "avg3x3_s1_p1_excl_odd_row": ([1, 3, 13, 37], lambda x: compute.avg_pool(
+        x, [3, 3], pads=[1, 1, 1, 1], count_include_pad=False)),
     # rows LLVM's loop would end in a scalar tail: tiles of one register (28 = 7 x 4 lanes)
     "max3d_k2_row28": ([1, 2, 4, 8, 56], lambda x: compute.max_pool(x, [2, 2, 2], strides=[2, 2, 2])),
     "max2x2_s2_row28_relu": ([1, 3, 6, 56], lambda x: _relu(compute.max_pool(x, [2, 2], strides=[2, 2]))),
