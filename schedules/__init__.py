@@ -21,7 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight
 
-from . import arm, cuda, x86
+from . import arm, cpu, cuda, strided_loads, x86
 
 
 def _x86_rules(target):
@@ -54,6 +54,16 @@ def schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     if not rules:
         return tvm.transform.Sequential([], name="tvm_pool.no_schedule")
     return dlight.ApplyDefaultSchedule(*rules)
+
+
+def tir_pipeline(target: tvm.target.Target) -> str:
+    """The name of the TIR lowering pipeline for ``target``: TVM's default, plus the rewrite of
+    strided vector loads (:mod:`.strided_loads`) for CPU families that have de-interleaving
+    loads instead of gathers."""
+    family = cpu.family_of(target)
+    if family is not None and family.deinterleaving_loads:
+        return strided_loads.register_pipeline()
+    return "default"
 
 
 def register_meta_schedule_rules() -> list[str]:

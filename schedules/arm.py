@@ -11,6 +11,13 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
   tile is sized for that.
 - int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
 - bfloat16 arithmetic goes through float32 (4 lanes).
+- No gather, but de-interleaving loads (LD2/LD3/LD4): strided pass rows are TVM-vectorised and
+  their strided loads lowered as one contiguous load + shuffle (:mod:`.strided_loads`, after
+  TVM's TIR pipeline), which LLVM turns into LDn; non-overlapping windows over several axes
+  are one pass over every tap (``cpu._taps_in_one_pass``).
+- No masked loads: the padding is inlined into the first pass, whose row is cut at the
+  padding's edges into vector pieces without bounds checks (``cpu._vectorize_padded_row``),
+  instead of a copy of every padded plane.
 - No gather: a long sum over contiguous taps (a 1-D window of more than 16 taps, a whole plane)
   is reassociated into vector partial sums (``cpu._vector_partial_sums``; a few ulp from the
   in-order sum, within the tests' tolerances; x86 does the same with 8 lanes), a global
@@ -269,7 +276,7 @@ def whole_plane_sums(func):
 
 FAMILY = cpu.register_family(cpu.CpuFamily(
     "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
-    register_tiles=True, vector_consumers=True,
+    register_tiles=True, vector_consumers=True, deinterleaving_loads=True,
 ))
 
 

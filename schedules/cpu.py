@@ -12,7 +12,8 @@ reach it:
 * **separable passes** (``tvm_pool.pass_axis`` blocks, see ``compute.pool.separable``): the
   overlapping and single-axis windows, reduced one axis at a time. :func:`schedule_pass_chain`
   runs planes in parallel, each pass at the loop of the axis it reduces, every pass row as one
-  TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large).
+  TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large;
+  without masked loads, at the row's edges only).
   This is where the speed of the common pools (3x3 stride 1 and 2, global average, 3-D, 1-D)
   comes from.
   Small non-overlapping 2-D max windows (2x2 s2, 3x3 s3) come as a one-pass chain too: one
@@ -117,6 +118,11 @@ class CpuFamily:
     # over 64x56x56 went from 5.19 to 4.44 instructions per output. On x86 LLVM's own
     # vectorisation of that row is better: TVM's took 1.6x the time (0.107 vs 0.066 ms).
     vector_consumers: bool = False
+    # Are strided vector loads lowered as one contiguous load + shuffle (.strided_loads), which
+    # LLVM turns into de-interleaving loads (NEON LD2/LD3/LD4)? Then a strided pass row is
+    # TVM-vectorised like a contiguous one, and the padding of a pass chain is inlined into
+    # its first pass with its rows split at the padding's edges (no per-plane copy).
+    deinterleaving_loads: bool = False
 
 
 _FAMILIES: list[CpuFamily] = []
@@ -552,6 +558,8 @@ _MAX_UNROLLED_TAPS = 64
 _MAX_UNROLLED_ROW_TAPS = 16
 # Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
 _MAX_VECTOR_ROW = 1024
+# Widest stride of a strided pass row TVM-vectorised for de-interleaving loads (LD2-LD4).
+_MAX_DEINTERLEAVE = 4
 # Longest row of passes along one axis that TVM vectorises (longer ones are LLVM's).
 _MAX_SHORT_ROW = 64
 
@@ -569,6 +577,8 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
 
     Measured on ResNet's 3x3 stride-2 stem (1 thread): 0.049 ms, against 0.27 ms for the
     direct 9-tap reduction this replaces and 0.13 ms for onnxruntime."""
+    if level == FULL:
+        chain = _taps_in_one_pass(sch, chain, target)
     final = chain.passes[-1]
     loops = sch.get_loops(final)
     rank = chain.spatial_rank
@@ -605,6 +615,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
         else:
             at = loop_of_axis[axis]
         sch.compute_at(chain.passes[j], at, preserve_unit_loops=True)
+    inlined_pad = None
     for p in sch.get_producers(chain.passes[0]):
         if analysis.pool_kind(sch.get(p)) != "pad":
             continue
@@ -613,6 +624,15 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             # TVM 0.27's bfloat16 legalization turns a vectorised bf16 -> f32 widening inside
             # if_then_else into a numeric uint16 cast: keep the widening copy per plane.
             sch.compute_at(p, par)
+        elif (not masked_loads(target) and level == FULL and len(set(chain.axes)) == len(chain.axes)
+              and all(_native_vectors(target, analysis.region_dtype(r)) for r in [*pad_block.reads, *pad_block.writes])
+              and (interior := _padded_interior(sch, p, chain.passes[0], target)) is not None):
+            # No masked loads: the padding is inlined into the first pass, whose row is cut at
+            # the padding's edges (_vectorize_padded_row), so the vectors in between have no
+            # bounds checks and no plane is copied (NEON, 3x3 s2 p1 max over 64x112x112: 7.9
+            # -> 4.9 instructions per output; the copy alone was 2.7).
+            sch.compute_inline(p)
+            inlined_pad = (chain.passes[0], interior)
         elif _plane_bytes(pad_block, rank) <= _PLANE_COPY_BYTES or not masked_loads(target):
             # A small padded plane stays in L1: one copy per plane, then no bounds checks.
             sch.compute_at(p, par)
@@ -650,9 +670,20 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             if (_loop_extent(sch, loop) or 0) <= _MAX_SHORT_ROW:
                 sch.vectorize(loop)
         return
-    contiguous_last = not strided_vectors(target) and _inner_read_stride(sch, last) == 1
+    # Without gathers, a strided last pass is TVM-vectorised only where its strided loads become
+    # de-interleaving loads (CpuFamily.deinterleaving_loads); else LLVM's vectoriser keeps it.
+    last_stride = _inner_read_stride(sch, last)
+    contiguous_last = not strided_vectors(target) and (
+        last_stride == 1
+        or (family is not None and family.deinterleaving_loads and last_stride is not None
+            and 2 <= last_stride <= _MAX_DEINTERLEAVE))
     for block in chain.passes if gather_last or contiguous_last else chain.passes[:-1]:
-        _vectorize_row(sch, sch.get_loops(block)[-1], target, analysis.region_dtype(sch.get(block).writes[0]))
+        loop = sch.get_loops(block)[-1]
+        dtype = analysis.region_dtype(sch.get(block).writes[0])
+        if inlined_pad is not None and block.same_as(inlined_pad[0]):
+            _vectorize_padded_row(sch, loop, inlined_pad[1], target, dtype)
+        else:
+            _vectorize_row(sch, loop, target, dtype, long_chunks=len(chain.passes) == 1)
     if not (gather_last or contiguous_last):
         _register_tile(sch, sch.get_loops(last)[-1], target, analysis.region_dtype(sch.get(last).writes[0]))
 
@@ -675,6 +706,133 @@ _IN_CACHE_BYTES = 16 * 1024 * 1024
 _PLANE_COPY_BYTES = 32 * 1024
 
 
+def _taps_in_one_pass(sch, chain, target: Target):
+    """On CPUs with de-interleaving loads, a chain of passes whose windows do not overlap (3-D
+    2x2x2 s2, ...) as one pass over every tap: each input is read once either way, and the
+    strided taps of the last axis become LD2/LD3/LD4 straight from the data, with no row of
+    partial results stored and loaded per axis (NEON, 3-D 2x2x2 s2 average over 64x16x56x56:
+    4.74 -> 3.67 instructions per output). Padded chains keep their passes."""
+    family = family_of(target)
+    if family is None or not family.deinterleaving_loads or len(chain.passes) < 2:
+        return chain
+    if len(set(chain.axes)) < len(chain.axes):
+        return chain
+    if any(analysis.pool_kind(sch.get(p)) == "pad" for p in sch.get_producers(chain.passes[0])):
+        return chain
+    for block, axis in zip(chain.passes, chain.axes):
+        if _pass_windows_overlap(sch, block, axis, chain.spatial_rank):
+            return chain
+    if (_inner_read_stride(sch, chain.passes[-1]) or 0) > _MAX_DEINTERLEAVE:
+        return chain
+    for block in chain.passes[:-1]:
+        sch.compute_inline(block)
+    return analysis.PassChain([chain.passes[-1]], [chain.axes[-1]], chain.spatial_rank)
+
+
+def _padded_interior(sch, pad, first, target: Target):
+    """(lo, hi, pieces): the range of the first pass's innermost loop whose reads of the padded
+    buffer (along the last axis) stay inside the data, and that range cut into vector pieces
+    (:func:`_row_pieces`); None when it cannot be found or would take too many pieces."""
+    pad_block, block = sch.get(pad), sch.get(first)
+    src = pad_block.reads[0]
+    n = analysis.region_buffer(src).shape[-1]
+    coeffs = detect_linear_equation(src.region[-1].min, [pad_block.iter_vars[-1].var])
+    if len(coeffs) != 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs) or int(coeffs[0]) != 1:
+        return None
+    if not isinstance(n, tirx.IntImm):
+        return None
+    begin, n = -int(coeffs[1]), int(n)  # data starts at padded index ``begin``
+    padded = analysis.region_buffer(pad_block.writes[0])
+    reads = [r for r in block.reads if analysis.region_buffer(r).same_as(padded)]
+    loops = sch.get_loops(first)
+    extent = _loop_extent(sch, loops[-1])
+    iv = block.iter_vars[-1]
+    if len(reads) != 1 or extent is None or analysis._extent(iv.dom) != extent:  # pylint: disable=protected-access
+        return None
+    region = reads[0].region[-1]
+    coeffs = detect_linear_equation(region.min, [iv.var])
+    if len(coeffs) != 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs) or not isinstance(region.extent, tirx.IntImm):
+        return None
+    step, offset, span = int(coeffs[0]), int(coeffs[1]), int(region.extent)
+    if step < 1:
+        return None
+    lo = max(0, -((offset - begin) // step))  # first v with step * v + offset >= begin
+    hi = min(extent, (begin + n - span - offset) // step + 1)  # past the last inside the data
+    if hi - lo < 1:
+        return None
+    longest, lanes = vector_row_lanes(target, analysis.region_dtype(pad_block.writes[0]))
+    pieces = _row_pieces(hi - lo, longest, lanes)
+    if pieces is None or len(pieces) > _MAX_PADDED_ROW_PIECES:
+        return None
+    return lo, hi, pieces
+
+
+def _native_vectors(target: Target, dtype: str) -> bool:
+    """Is ``dtype`` computed in full-width vector registers (not widened, as float16 is on NEON
+    without +fullfp16)? Widened, the padding's selects inlined into a vector made LLVM promote
+    each half alone (NEON 3x3 s2 p1 fp16: 14.4 instructions per output, 7.2 with the copy)."""
+    return vector_bits(target, dtype) >= 128
+
+
+# The rest of a row after its whole registers is vectorised too from this many lanes on (a half
+# NEON register: 3x3 s3 max over 96x54x54, rows of 16 + 2 outputs: 5.10 -> 4.43 instructions per
+# output; scalar, the 2 took as many instructions as the 16).
+_MIN_REST_LANES = 2
+
+# Pieces of a padded row's middle (each its own loop after loop_partition). A 3x3 s2 row of 112
+# is 7; longer rows keep the per-plane copy.
+_MAX_PADDED_ROW_PIECES = 16
+
+
+def _row_pieces(n: int, longest: int, lanes: int, long_chunks: bool = False):
+    """``n`` cut into vector pieces: equal chunks of a few registers (at most ``longest`` lanes,
+    the longest that divides the row's whole registers), then what is left, each piece a
+    power-of-two number of registers or, last, of lanes (LLVM legalises a 3-register vector
+    lane by lane: a 28-wide 3x3 s1 max row cut 16 + 12 took 4.2 instructions per output,
+    7 x 4 2.6). ``long_chunks``: a chunk of one register only when nothing longer fits (28 is
+    16 + 8 + 4, not 7 x 4), for rows whose every tap is a load from the data: the 3-D 2x2x2 s2
+    max on NEON went from 4.6 to 3.9 instructions per output, a loop iteration's address
+    arithmetic being most of the difference; rows of passes ran better in single registers
+    (28-wide 3x3 s1: 2.6 as 7 x 4, 3.0 as 16 + 8 + 4). None: a short row no chunk divides."""
+    whole = n - n % lanes if n >= longest else n
+    chunks = [c for c in _powers_of_two_down(longest) if c >= lanes and c % lanes == 0]
+    for chunk in chunks:
+        if not whole or whole % chunk:
+            continue
+        if long_chunks and chunk == lanes and whole > longest:
+            chunk = chunks[0]
+        equal = whole - whole % chunk
+        return [chunk] * (equal // chunk) + _powers_of_two_split(n - equal)
+    return None
+
+
+def _powers_of_two_down(n: int) -> list:
+    out, p = [], 1 << (max(n, 1).bit_length() - 1)
+    while p >= 1:
+        out.append(p)
+        p >>= 1
+    return out
+
+
+def _powers_of_two_split(n: int) -> list:
+    """``n`` as distinct powers of two, largest first (12 -> [8, 4], 3 -> [2, 1])."""
+    return [p for p in _powers_of_two_down(n) if n & p] if n > 0 else []
+
+
+def _vectorize_padded_row(sch, loop, interior, target: Target, dtype: str) -> None:
+    """The first pass's row with the padding inlined: the edges (bounds checks) scalar, the
+    middle cut into pieces that TVM vectorises without checks. loop_partition gives each piece
+    a loop of its own: TVM's split needs a loop that starts at 0, which the middle does not."""
+    lo, hi, pieces = interior
+    extent = _loop_extent(sch, loop)
+    factors = ([lo] if lo else []) + pieces + ([extent - hi] if hi < extent else [])
+    parts = sch.loop_partition(loop, factors[:-1] + [None]) if len(factors) > 1 else [loop]
+    _, lanes = vector_row_lanes(target, dtype)
+    for part, length in zip(parts[1 if lo else 0 :], pieces):
+        if length >= min(lanes, _MIN_REST_LANES) or len(pieces) == 1:
+            sch.vectorize(part)
+
+
 def _partition_pad_rows(sch, pad) -> None:
     """The padded copy's innermost loop split by LoopPartition into its edges and a middle with
     no bounds checks, which LLVM vectorises (without masked loads the checks are per lane)."""
@@ -688,7 +846,7 @@ def _plane_bytes(block, rank: int) -> int:
     return (_product(extents) or 1 << 40) * bits // 8
 
 
-def _vectorize_row(sch, loop, target: Target, dtype: str) -> None:
+def _vectorize_row(sch, loop, target: Target, dtype: str, long_chunks: bool = False) -> None:
     """TVM-vectorise a contiguous pass row: whole when it is short, else in equal chunks."""
     extent = _loop_extent(sch, loop)
     if extent is None or extent < 2:
@@ -703,21 +861,24 @@ def _vectorize_row(sch, loop, target: Target, dtype: str) -> None:
                 sch.vectorize(sch.split(loop, [None, chunk])[1])
                 return
         return
-    # A few whole registers per chunk. A long row no such chunk divides is cut in two: the whole
-    # registers, in chunks, and a scalar rest of fewer than one register's lanes. A short one
-    # stays LLVM's (a 7-wide global max row: 26 instructions per output as LLVM's, 53 cut).
+    # A few whole registers per chunk (_row_pieces), the rest vectorised as one piece. A short
+    # row no chunk divides stays LLVM's (a 7-wide global max row: 26 instructions per output as
+    # LLVM's, 53 cut).
     longest, lanes = vector_row_lanes(target, dtype)
-    whole = extent - extent % lanes if extent >= longest else extent
-    for chunk in range(longest - longest % lanes, lanes - 1, -lanes):
-        if whole % chunk:
-            continue
-        if whole < extent:
-            loop = sch.loop_partition(loop, [whole, None])[0]
-        if chunk == extent:
-            sch.vectorize(loop)
-        else:
-            sch.vectorize(sch.split(loop, [None, chunk])[1])
+    pieces = _row_pieces(extent, longest, lanes, long_chunks)
+    if pieces is None:
         return
+    chunk = pieces[0]
+    equal = chunk * next((i for i, p in enumerate(pieces) if p != chunk), len(pieces))
+    later = pieces[equal // chunk :]
+    parts = sch.loop_partition(loop, [equal] + later[:-1] + [None]) if later else [loop]
+    if chunk == equal:
+        sch.vectorize(parts[0])
+    else:
+        sch.vectorize(sch.split(parts[0], [None, chunk])[1])
+    for part, length in zip(parts[1:], later):
+        if length >= _MIN_REST_LANES:
+            sch.vectorize(part)
 
 
 def _product(values):

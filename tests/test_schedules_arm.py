@@ -15,7 +15,7 @@ from tvm import relax, te
 
 import tvm_pool
 from tvm_pool import compute, relax_ops
-from tvm_pool.schedules import arm, rules_for, x86
+from tvm_pool.schedules import arm, cpu, rules_for, strided_loads, x86
 from tvm_pool.targets import resolve_target
 
 from oracles import pool_model
@@ -79,6 +79,100 @@ def test_neon_max_instructions(dtype, fmax):
     asm = _asm(pool_model("MaxPool", [1, 8, 32, 32], dtype, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), A72)
     assert fmax in asm
     assert "fcmeq" not in asm or dtype != "float32"  # no isnan tests left: FMAX propagates NaN
+    assert "ld2\t" in asm  # the stride-2 pass row's taps as de-interleaving loads (strided_loads)
+
+
+def test_deinterleaving_loads_for_strides_two_to_four():
+    for stride, load in ((2, "ld2\t"), (3, "ld3\t"), (4, "ld4\t")):
+        model = pool_model("MaxPool", [1, 4, 12, 48], kernel_shape=[stride, stride], strides=[stride, stride])
+        assert load in _asm(model, A72), stride
+    x86_asm = _asm(pool_model("MaxPool", [1, 8, 32, 32], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                   resolve_target("x86"))
+    assert strided_loads.PIPELINE not in str(x86_asm)  # x86 keeps TVM's default TIR pipeline (gathers)
+
+
+def test_padding_inlined_into_the_first_pass_on_neon():
+    """No masked loads: the padded plane is not copied; the first pass's row is cut at the
+    padding's edges, its middle in vector pieces with no bounds checks. x86 keeps the copy of
+    a small plane."""
+    x = te.placeholder([1, 4, 56, 56], "float32", name="x")
+    out = compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    arm_script = arm.Pool().apply(func, tvm.target.Target(A72), False).mod["main"].script()
+    assert 'T.sblock("pad")' not in arm_script
+    assert "T.vectorized(1, 9)" in arm_script  # the first 8 columns after the padded one
+    x86_script = x86.Pool().apply(func, resolve_target("x86"), False).mod["main"].script()
+    assert 'T.sblock("pad")' in x86_script
+
+
+# ---------------------------------------------------------------------------------------------
+# Strided vector loads as contiguous loads + shuffles (schedules/strided_loads.py)
+# ---------------------------------------------------------------------------------------------
+
+def _lowered_taps(n_in, n_out, stride, taps, lanes):
+    """B[j] = max of A[stride * j + k], k < taps, j vectorised by ``lanes``, after TVM's TIR
+    pipeline and the strided-load rewrite: (the rewritten loads, the function)."""
+    a = te.placeholder((n_in,), "float32", name="A")
+    b = te.compute((n_out,), lambda j: _max_of([a[stride * j + k] for k in range(taps)]), name="B")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    (j,) = sch.get_loops(sch.get_sblock("B"))
+    sch.vectorize(sch.split(j, [None, lanes])[1])
+    from tvm.tirx import compilation_pipeline  # pylint: disable=import-outside-toplevel
+
+    name = "tvm_pool_test_strided_loads_capture"
+    if name not in compilation_pipeline.PIPELINE_MAP:
+        @tvm.transform.module_pass(opt_level=0)
+        def capture(mod, _ctx):
+            _CAPTURED["mod"] = mod
+            return mod
+
+        def factory():
+            pipeline, host, device = compilation_pipeline.get_tir_pipeline(strided_loads.register_pipeline())
+            return tvm.transform.Sequential([pipeline, capture]), host, device
+        compilation_pipeline.register_tir_pipeline(name, factory)
+    lib = tvm.tirx.build(sch.mod, tvm.target.Target("llvm"), pipeline=name)
+    return _CAPTURED.pop("mod").script(), lib
+
+
+_CAPTURED = {}
+
+
+def _max_of(values):
+    out = values[0]
+    for v in values[1:]:
+        out = tvm.te.max(out, v)
+    return out
+
+
+def test_strided_loads_rewritten_only_inside_the_buffer():
+    # 3 taps, stride 2, A exactly as long as the last window needs: the third tap's contiguous
+    # load is taken one element back (odd lanes), so it ends inside A
+    script, lib = _lowered_taps(2 * 16 + 1, 16, 2, 3, 4)
+    assert "T.Shuffle" in script and "[1, 3, 5, 7]" in script and "T.Ramp(" in script
+    assert ", 2, 4)]" not in script  # no strided load left
+    data = np.random.default_rng(2).standard_normal(33).astype("float32")
+    res = tvm.runtime.tensor(np.zeros(16, "float32"))
+    lib["main"](tvm.runtime.tensor(data), res)
+    want = np.max(np.stack([data[k : k + 31 : 2] for k in range(3)]), axis=0)
+    np.testing.assert_array_equal(res.numpy(), want)
+    # one vector over the whole of A: neither 8 elements from 0 nor from -1 fit in 7, so the
+    # strided load stays as it is
+    script, _ = _lowered_taps(7, 4, 2, 1, 4)
+    assert "T.Shuffle" not in script and ", 2, 4)]" in script
+
+
+@pytest.mark.parametrize("n,longest,lanes,long_chunks,want", [
+    (112, 16, 4, False, [16] * 7),
+    (56, 16, 4, False, [8] * 7),
+    (28, 16, 4, False, [4] * 7),  # single registers: best for rows of passes
+    (28, 16, 4, True, [16, 8, 4]),  # rows read from the data: fewer, longer iterations
+    (18, 16, 4, False, [16, 2]),  # the rest vectorised from half a register on
+    (113, 16, 4, False, [16] * 7 + [1]),
+    (12, 16, 4, False, [4, 4, 4]),  # never 3 registers in one vector
+    (7, 16, 4, False, None),  # short rows no chunk divides stay LLVM's
+])
+def test_row_pieces(n, longest, lanes, long_chunks, want):
+    assert cpu._row_pieces(n, longest, lanes, long_chunks) == want  # pylint: disable=protected-access
 
 
 def test_native_fp16_with_fullfp16():
@@ -146,8 +240,8 @@ def test_long_sums_as_vector_partial_sums(name):
         np.testing.assert_array_equal(got, want)
 
 
-def _run_host(func, data, out):
-    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+def _run_host(func, data, out, tir_pipeline="default"):
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm", tir_pipeline=tir_pipeline)
     res = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
     lib["main"](tvm.runtime.tensor(data), res)
     return res.numpy()
@@ -177,6 +271,19 @@ PASS_ROWS = {
     "avg3d_k2": ([1, 2, 4, 12, 12], lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])),
     "avg2x2_s2_odd_row": ([1, 3, 14, 18], lambda x: compute.avg_pool(x, [2, 2], strides=[2, 2])),
     "lp2x2_s2": ([1, 3, 16, 16], lambda x: compute.lp_pool(x, [2, 2], strides=[2, 2], p=3)),
+    # padding inlined into the first pass (no masked loads), its row cut at the padding's edges:
+    # begin and end padded, end only (ceil_mode), zeros counted, a row of 58 (pieces + a rest)
+    "max3x3_s2_p1_row112": ([1, 2, 9, 112], lambda x: compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "max3x3_s2_ceil": ([1, 2, 12, 112], lambda x: compute.max_pool(x, [3, 3], strides=[2, 2], ceil_mode=True)),
+    "avg3x3_s2_p1_incl_row58": ([1, 2, 10, 58], lambda x: compute.avg_pool(
+        x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=True)),
+    "max3x3_s1_p2_relu_add": ([1, 2, 9, 28], lambda x: _bias_add(compute.max_pool(_relu(x), [3, 3], pads=[2, 2, 2, 2]))),
+    # strided last passes as de-interleaving loads, the row's rest vectorised (18 = 16 + 2)
+    "max3x3_s3_row18": ([1, 2, 9, 54], lambda x: compute.max_pool(x, [3, 3], strides=[3, 3])),
+    "max4x4_s4_row12": ([1, 2, 8, 48], lambda x: compute.max_pool(x, [4, 4], strides=[4, 4])),
+    # non-overlapping passes in one pass (cpu._taps_in_one_pass), rows of 28 as 16 + 8 + 4
+    "avg3d_k2_row28": ([1, 2, 4, 8, 56], lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])),
+    "avg3d_k2_relu_add": ([1, 3, 4, 6, 20], lambda x: _bias_add(_relu(compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])))),
 }
 
 
@@ -191,8 +298,11 @@ def test_pass_rows_bit_exact(name):
     data = np.random.default_rng(1).standard_normal(shape).astype("float32")
     data.flat[::31] = np.nan
     scheduled = sch.mod["main"].with_attr("global_symbol", "main")
-    got, want = (_run_host(f, data, out) for f in (scheduled, func))
-    np.testing.assert_array_equal(got, want)
+    want = _run_host(func, data, out)
+    # TVM's pipeline, then with the strided loads as contiguous loads + shuffles (as aarch64
+    # builds lower them): both bit-exact
+    for pipeline in ("default", strided_loads.register_pipeline()):
+        np.testing.assert_array_equal(_run_host(scheduled, data, out, pipeline), want)
 
 
 def _finalize_innermost_loop(scheduled) -> str:

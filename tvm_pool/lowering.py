@@ -210,6 +210,10 @@ def compile(  # pylint: disable=redefined-builtin
         from . import tuning  # pylint: disable=import-outside-toplevel
 
         database = tuning.load_logs(target, tuning_logs, shipped=shipped_logs)
+    if schedule and tir_pipeline == "default":
+        from .schedules import tir_pipeline as target_tir_pipeline  # pylint: disable=import-outside-toplevel
+
+        tir_pipeline = target_tir_pipeline(target)
     return tvm.compile(
         mod,
         target=target,
