@@ -123,6 +123,12 @@ class CpuFamily:
     # TVM-vectorised like a contiguous one, and the padding of a pass chain is inlined into
     # its first pass with its rows split at the padding's edges (no per-plane copy).
     deinterleaving_loads: bool = False
+    # Are a long sum's vector partial sums added up as halving vector adds ([0, 2) + [2, 4), then
+    # the two lanes) instead of lane by lane? On NEON LLVM extracts and adds each lane in order
+    # (6 instructions for 4 lanes); halving took ResNet's 7x7 global average from 33.6 to 31.6
+    # instructions per output. The order of the last adds changes (within the tolerances of the
+    # partial sums themselves). x86 keeps the order its benchmark was measured with.
+    halving_lane_sums: bool = False
 
 
 _FAMILIES: list[CpuFamily] = []
@@ -210,6 +216,10 @@ class Pool(ScheduleRule):
         """A family's rewrite of the function before it is scheduled (none by default)."""
         return func
 
+    def finish(self, sch: s_tir.Schedule) -> s_tir.Schedule:
+        """A family's rewrite of the scheduled function (none by default)."""
+        return sch
+
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):  # noqa: D102
         if not isinstance(func, tirx.PrimFunc) or not self._takes(target):
             return None
@@ -221,7 +231,7 @@ class Pool(ScheduleRule):
             sch = s_tir.Schedule(func)
             try:
                 schedule_function(sch, target, level)
-                return sch
+                return self.finish(sch)
             except (Exception,) as err:
                 logger.debug("%s pool schedule level %d failed: %s", self.family.name if self.family else "cpu", level, err)
         return None
@@ -431,8 +441,12 @@ def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
     _, lane = sch.split(tap, [None, lanes])
     n_spatial = sum(1 for iv in sch.get(block).iter_vars if int(iv.iter_type) == 0)
     partial = sch.rfactor(lane, factor_axis=n_spatial)
+    family = family_of(target)
+    levels = _halving_lane_sums(sch, block, lanes, n_spatial) if family.halving_lane_sums else []
     # the write-back under the output loop of the partial sums (not the other way round:
     # compute_at drops the predicate of a partial last chunk)
+    for level in levels:
+        sch.reverse_compute_at(level, sch.get_loops(partial)[-3])
     sch.reverse_compute_at(block, sch.get_loops(partial)[-3])
     # (the partial sums keep the global scope: TVM puts a small global buffer on the stack,
     # which LLVM keeps in registers, and a "local" one in a workspace allocated per row)
@@ -440,6 +454,13 @@ def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
     sch.vectorize(lane)  # before decompose_reduction: vectorize refuses an update without init
     init = sch.decompose_reduction(partial, chunk)
     sch.vectorize(sch.get_loops(init)[-1])
+    for level in levels:
+        lane, half = sch.get_loops(level)[-2:]  # rfactor puts the kept lanes outside
+        sch.reorder(half, lane)
+        sch.vectorize(lane)  # before decompose_reduction (see above)
+        init = sch.decompose_reduction(level, half)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.unroll(half)
     sch.unroll(sch.get_loops(block)[-1])
 
     def split_chunks():
@@ -452,6 +473,19 @@ def _vector_partial_sums(sch, block, target, reduce_loops, taps) -> bool:
             sch.unroll(whole)
 
     return sch.get_loops(partial)[0], split_chunks
+
+
+def _halving_lane_sums(sch, block, lanes: int, n_spatial: int) -> list:
+    """The write-back of vector partial sums as halving vector adds (CpuFamily.halving_lane_sums):
+    lanes [0, h) + [h, 2h) until two are left, which the write-back adds. One rfactor per level;
+    returns their blocks, at the root still."""
+    levels = []
+    while lanes > 2:
+        half = lanes // 2
+        _, inner = sch.split(sch.get_loops(block)[-1], [2, half])
+        levels.append(sch.rfactor(inner, factor_axis=n_spatial))
+        lanes = half
+    return levels
 
 
 def _contiguous_taps(sch, block) -> bool:
@@ -626,12 +660,26 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             sch.compute_at(p, par)
         elif (not masked_loads(target) and level == FULL and len(set(chain.axes)) == len(chain.axes)
               and all(_native_vectors(target, analysis.region_dtype(r)) for r in [*pad_block.reads, *pad_block.writes])
-              and (interior := _padded_interior(sch, p, chain.passes[0], target)) is not None):
+              and (interior := _padded_interior(sch, p, chain.passes[0], target, _MAX_PADDED_ROW_PIECES)) is not None):
             # No masked loads: the padding is inlined into the first pass, whose row is cut at
             # the padding's edges (_vectorize_padded_row), so the vectors in between have no
             # bounds checks and no plane is copied (NEON, 3x3 s2 p1 max over 64x112x112: 7.9
             # -> 4.9 instructions per output; the copy alone was 2.7).
             sch.compute_inline(p)
+            inlined_pad = (chain.passes[0], interior)
+        elif (not masked_loads(target) and level == FULL and len(set(chain.axes)) < len(chain.axes)
+              and all(_native_vectors(target, analysis.region_dtype(r)) for r in [*pad_block.reads, *pad_block.writes])
+              and (_loop_extent(sch, sch.get_loops(chain.passes[0])[-1]) or 0) > _MAX_SHORT_ROW
+              and (interior := _padded_interior(sch, p, chain.passes[0], target, max_pieces=None)) is not None):
+            # The same for the first doubling level of a long window (a row LLVM vectorises):
+            # its row cut at the padding's edges, the middle left to LLVM whole (NEON, 1-D max
+            # k32 s1 p16 over 64x4096: 6.6 -> 5.7 instructions per output)
+            sch.compute_inline(p)
+            lo, hi, _ = interior
+            extent = _loop_extent(sch, sch.get_loops(chain.passes[0])[-1])
+            factors = ([lo] if lo else []) + ([hi - lo] if hi < extent else [])
+            if factors:
+                sch.loop_partition(sch.get_loops(chain.passes[0])[-1], factors + [None])
             inlined_pad = (chain.passes[0], interior)
         elif _plane_bytes(pad_block, rank) <= _PLANE_COPY_BYTES or not masked_loads(target):
             # A small padded plane stays in L1: one copy per plane, then no bounds checks.
@@ -666,6 +714,8 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
         # with TVM vectorising odd-sized row chunks); or the lanes of a flat global
         # reduction (compute.pool._flat_plane_passes), a register or less: one TVM vector.
         for block in chain.passes[:-1]:
+            if inlined_pad is not None and block.same_as(inlined_pad[0]):
+                continue  # cut at the padding's edges above, LLVM's
             loop = sch.get_loops(block)[-1]
             if (_loop_extent(sch, loop) or 0) <= _MAX_SHORT_ROW:
                 sch.vectorize(loop)
@@ -729,19 +779,15 @@ def _taps_in_one_pass(sch, chain, target: Target):
     return analysis.PassChain([chain.passes[-1]], [chain.axes[-1]], chain.spatial_rank)
 
 
-def _padded_interior(sch, pad, first, target: Target):
+def _padded_interior(sch, pad, first, target: Target, max_pieces: int | None = None):
     """(lo, hi, pieces): the range of the first pass's innermost loop whose reads of the padded
     buffer (along the last axis) stay inside the data, and that range cut into vector pieces
     (:func:`_row_pieces`); None when it cannot be found or would take too many pieces."""
     pad_block, block = sch.get(pad), sch.get(first)
-    src = pad_block.reads[0]
-    n = analysis.region_buffer(src).shape[-1]
-    coeffs = detect_linear_equation(src.region[-1].min, [pad_block.iter_vars[-1].var])
-    if len(coeffs) != 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs) or int(coeffs[0]) != 1:
+    data = _pad_data_range(pad_block)
+    if data is None:
         return None
-    if not isinstance(n, tirx.IntImm):
-        return None
-    begin, n = -int(coeffs[1]), int(n)  # data starts at padded index ``begin``
+    begin, n = data  # data starts at padded index ``begin``
     padded = analysis.region_buffer(pad_block.writes[0])
     reads = [r for r in block.reads if analysis.region_buffer(r).same_as(padded)]
     loops = sch.get_loops(first)
@@ -762,7 +808,7 @@ def _padded_interior(sch, pad, first, target: Target):
         return None
     longest, lanes = vector_row_lanes(target, analysis.region_dtype(pad_block.writes[0]))
     pieces = _row_pieces(hi - lo, longest, lanes)
-    if pieces is None or len(pieces) > _MAX_PADDED_ROW_PIECES:
+    if max_pieces is not None and (pieces is None or len(pieces) > max_pieces):
         return None
     return lo, hi, pieces
 
@@ -834,10 +880,34 @@ def _vectorize_padded_row(sch, loop, interior, target: Target, dtype: str) -> No
 
 
 def _partition_pad_rows(sch, pad) -> None:
-    """The padded copy's innermost loop split by LoopPartition into its edges and a middle with
-    no bounds checks, which LLVM vectorises (without masked loads the checks are per lane)."""
+    """The padded copy's innermost loop split into its edges and a middle with no bounds checks,
+    which LLVM vectorises (without masked loads the checks are per lane). loop_partition at the
+    data's edges where they are known; else TVM's LoopPartition pass is asked to (a hint it did
+    not act on for a 1-D row of 4128: a compare and branch per element, 4.5 instructions per
+    output of a 1-D k32 max on NEON)."""
     inner = sch.get_loops(pad)[-1]
-    sch.annotate(inner, "pragma_loop_partition_hint", 1)
+    data = _pad_data_range(sch.get(pad))
+    extent = _loop_extent(sch, inner)
+    if data is None or extent is None or analysis._extent(sch.get(pad).iter_vars[-1].dom) != extent:  # pylint: disable=protected-access
+        sch.annotate(inner, "pragma_loop_partition_hint", 1)
+        return
+    begin, end = data[0], min(data[0] + data[1], extent)
+    factors = ([begin] if begin > 0 else []) + ([end - begin] if end < extent else [])
+    if factors and end > begin:
+        sch.loop_partition(inner, factors + [None])
+
+
+def _pad_data_range(pad_block, dim: int = -1):
+    """(begin, n): the padded copy's last axis holds the data at [begin, begin + n); None when
+    that is not a static shift of the data."""
+    src = pad_block.reads[0]
+    n = analysis.region_buffer(src).shape[dim]
+    coeffs = detect_linear_equation(src.region[dim].min, [pad_block.iter_vars[dim].var])
+    if len(coeffs) != 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs) or int(coeffs[0]) != 1:
+        return None
+    if not isinstance(n, tirx.IntImm):
+        return None
+    return -int(coeffs[1]), int(n)
 
 
 def _plane_bytes(block, rank: int) -> int:

@@ -107,6 +107,20 @@ def cases():
     nan[0, 2, :, 0] = np.nan
     c.append(("maxpool_nan", pool_model("MaxPool", [1, 4, 10, 10], **S2), {"X": nan}, "ref"))
     c.append(("maxpool_nan_2x2", pool_model("MaxPool", [1, 4, 10, 10], kernel_shape=[2, 2], strides=[2, 2]), {"X": nan}, "ref"))
+    # 2x2 s2 and 2x2x2 s2 rows of whole registers: the max of both phases of a de-interleaved
+    # load as FMAXP (schedules/strided_loads.py), NaN propagating
+    nan16 = _input([1, 4, 8, 32], "float32", 31)
+    nan16[0, 1, 2, 5] = nan16[0, 3, :, 17] = np.nan
+    c.append(("maxpool_nan_2x2_row16", pool_model("MaxPool", [1, 4, 8, 32], kernel_shape=[2, 2], strides=[2, 2]), {"X": nan16}, "ref"))
+    nan3d = _input([1, 2, 4, 6, 24], "float32", 32)
+    nan3d[0, 1, 1, 3, 7] = np.nan
+    c.append(("maxpool3d_k2_nan", pool_model("MaxPool", [1, 2, 4, 6, 24], kernel_shape=[2, 2, 2], strides=[2, 2, 2]), {"X": nan3d}, "ref"))
+    # a long stride-1 max by doubling levels, its padding inlined into the first level
+    nan1d = _input([1, 3, 200], "float32", 33)
+    nan1d[0, 2, 100] = np.nan
+    c.append(("maxpool_1d_k32_s1_p16_nan", pool_model("MaxPool", [1, 3, 200], kernel_shape=[32], strides=[1], pads=[16, 15]), {"X": nan1d}, "ref"))
+    c.append(("maxpool_1d_k32_s1_p16", pool_model("MaxPool", [1, 3, 200], kernel_shape=[32], strides=[1], pads=[16, 15]),
+              {"X": _input([1, 3, 200], "float32", 34)}, "ort"))
     c.append(("maxpool_ceil_dilated", pool_model("MaxPool", [1, 3, 17, 15], kernel_shape=[3, 2], strides=[2, 3], dilations=[2, 1],
                                                  ceil_mode=1), {"X": _input([1, 3, 17, 15], "float32", 8)}, "ort"))
     c.append(("maxpool_same_lower", pool_model("MaxPool", [1, 3, 10, 11], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
@@ -126,6 +140,8 @@ def cases():
     # long windows: vector partial sums (schedules/cpu.py, _vector_partial_sums)
     c.append(("avgpool_1d_k64_s32", pool_model("AveragePool", [1, 4, 800], kernel_shape=[64], strides=[32]),
               {"X": _input([1, 4, 800], "float32", 28)}, "ort"))
+    c.append(("avgpool_1d_k57_s19_blocks_padded", pool_model("AveragePool", [2, 3, 500], kernel_shape=[57], strides=[19], pads=[7, 30],
+                                                                count_include_pad=1), {"X": _input([2, 3, 500], "float32", 35)}, "ort"))
     c.append(("lppool_1d_k32", pool_model("LpPool", [1, 3, 512], kernel_shape=[32], strides=[16], p=2),
               {"X": _input([1, 3, 512], "float32", 29)}, "ort"))
     c.append(("lppool", pool_model("LpPool", [1, 3, 10, 10], kernel_shape=[3, 3], strides=[2, 2], p=3, pads=[1, 1, 1, 1]),

@@ -337,3 +337,40 @@ def test_differential_negative_same_pad(case, seed):
 @pytest.mark.parametrize("case,seed", _negative_same_cases(300, 11), ids=str)
 def test_differential_negative_same_pad_large(case, seed):
     check_case(case, seed)
+
+
+def _block_window_cases(count: int, seed: int):
+    """Long strided windows made of whole strides on the innermost axis (kernel = m x stride,
+    stride > 16): the sums that compute.pool._block_sums builds from stride-long blocks.
+    Average (padding counted or not, ceil_mode) and Lp, 1-D and 2-D (kernel 1 on the other
+    axis), random padding."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        op = str(rng.choice(["AveragePool", "LpPool"]))
+        opset = int(rng.choice([11, 19, 22] if op == "AveragePool" else [11, 18, 22]))
+        stride, m = int(rng.integers(17, 41)), int(rng.integers(2, 5))
+        kernel = stride * m
+        rank = int(rng.integers(1, 3))
+        width = int(rng.integers(kernel, kernel + 4 * stride))
+        spatial = [int(rng.integers(1, 5))] * (rank - 1) + [width]
+        shape = [int(rng.integers(1, 3)), int(rng.integers(1, 4))] + spatial
+        attrs = {"kernel_shape": [1] * (rank - 1) + [kernel], "strides": [1] * (rank - 1) + [stride]}
+        if rng.random() < 0.6:
+            attrs["pads"] = [0] * (rank - 1) + [int(rng.integers(0, kernel))] + [0] * (rank - 1) + [int(rng.integers(0, kernel))]
+        if (op == "AveragePool" or opset >= 18) and rng.random() < 0.4:
+            attrs["ceil_mode"] = 1
+        if op == "AveragePool" and rng.random() < 0.5:
+            attrs["count_include_pad"] = 1
+        if op == "LpPool":
+            attrs["p"] = int(rng.choice([1, 2, 3]))
+        dtype = str(rng.choice(["float32", "float32", "float64", "float16"]))
+        case = Case(op, opset, dtype, shape, attrs, "")
+        if min(expected_spatial(case)) >= 1:
+            cases.append((case, seed * 100_000 + len(cases)))
+    return cases
+
+
+@pytest.mark.parametrize("case,seed", _block_window_cases(24, 5), ids=str)
+def test_differential_block_windows(case, seed):
+    check_case(case, seed)

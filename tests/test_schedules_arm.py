@@ -82,9 +82,31 @@ def test_neon_max_instructions(dtype, fmax):
     assert "ld2\t" in asm  # the stride-2 pass row's taps as de-interleaving loads (strided_loads)
 
 
+def test_pairwise_max_where_windows_cover_both_phases():
+    # 2x2 s2: the max of a load's even and odd lanes is FMAXP; 3x3 s2 (a third tap) keeps LD2
+    assert "fmaxp\t" in _asm(pool_model("MaxPool", [1, 4, 16, 64], kernel_shape=[2, 2], strides=[2, 2]), A72)
+    asm = _asm(pool_model("MaxPool", [1, 4, 16, 64], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), A72)
+    assert "fmaxp\t" not in asm and "ld2\t" in asm
+
+
+def test_float_sums_start_at_negative_zero_on_neon():
+    """-0.0 + x is x for every x (LLVM drops the add; 0.0 + x is not, for x = -0.0): aarch64
+    starts its float sums there; x86 keeps 0.0. The sums are exact either way (test_pass_rows)."""
+    x = te.placeholder([1, 3, 16, 16], "float32", name="x")
+    out = compute.avg_pool(x, [2, 2], strides=[2, 2])
+    func = te.create_prim_func([x, out]).with_attr("global_symbol", "main")
+    arm_script = arm.Pool().apply(func, tvm.target.Target(A72), False).mod["main"].script()
+    assert "T.float32(-0.0)" in arm_script and "T.float32(0.0)" not in arm_script
+    x86_script = x86.Pool().apply(func, resolve_target("x86"), False).mod["main"].script()
+    assert "T.float32(-0.0)" not in x86_script
+    data = -np.zeros([1, 3, 16, 16], "float32")
+    got = _run_host(arm.Pool().apply(func, tvm.target.Target(A72), False).mod["main"].with_attr("global_symbol", "main"), data, out)
+    assert np.all(np.signbit(got)) and np.all(got == 0)  # the IEEE sum of negative zeros
+
+
 def test_deinterleaving_loads_for_strides_two_to_four():
-    for stride, load in ((2, "ld2\t"), (3, "ld3\t"), (4, "ld4\t")):
-        model = pool_model("MaxPool", [1, 4, 12, 48], kernel_shape=[stride, stride], strides=[stride, stride])
+    for kernel, stride, load in ((3, 2, "ld2\t"), (3, 3, "ld3\t"), (4, 4, "ld4\t")):
+        model = pool_model("MaxPool", [1, 4, 12, 48], kernel_shape=[kernel, kernel], strides=[stride, stride])
         assert load in _asm(model, A72), stride
     x86_asm = _asm(pool_model("MaxPool", [1, 8, 32, 32], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                    resolve_target("x86"))
@@ -203,7 +225,8 @@ def _relu(t):
 # the lanes, more taps than the row schedule unrolls and no padded copy (padded windows take
 # the vector-row schedule); the rest keeps the in-order sum.
 LONG_SUMS = {
-    "avg_k64_s32": ([2, 3, 1000], lambda x: compute.avg_pool(x, [64], strides=[32]), True),
+    "avg_k64_s32": ([2, 3, 1000], lambda x: compute.avg_pool(x, [64], strides=[32]), True),  # block sums
+    "avg_k57_s19_p7_blocks": ([1, 3, 500], lambda x: compute.avg_pool(x, [57], strides=[19], pads=[7, 30]), False),
     "avg_k32_s8": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8]), True),
     "avg_k32_s8_padded": ([1, 4, 300], lambda x: compute.avg_pool(x, [32], strides=[8], pads=[5, 7]), False),
     "lp2_k32_s32": ([1, 3, 640], lambda x: compute.lp_pool(x, [32], strides=[32], p=2), True),
@@ -232,12 +255,14 @@ def test_long_sums_as_vector_partial_sums(name):
     scheduled = sch.mod["main"].with_attr("global_symbol", "main")
     assert ("_rf" in scheduled.script()) == reassociated
     data = np.random.default_rng(0).standard_normal(shape).astype("float32")
-    got, want = (_run_host(f, data, out) for f in (scheduled, func))
-    if reassociated:
-        rtol, atol = _tolerance("float32")
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-    else:
-        np.testing.assert_array_equal(got, want)
+    want = _run_host(func, data, out)
+    for pipeline in ("default", strided_loads.register_pipeline()):  # as aarch64 builds lower it too
+        got = _run_host(scheduled, data, out, pipeline)
+        if reassociated:
+            rtol, atol = _tolerance("float32")
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(got, want)
 
 
 def _run_host(func, data, out, tir_pipeline="default"):

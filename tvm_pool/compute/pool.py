@@ -12,6 +12,7 @@ follow from these two rules.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from functools import reduce
 from typing import Sequence
@@ -301,6 +302,8 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, b
         source, offsets = padded(data, windows, 0, dtype=acc)
         return _axis_passes(source, offsets, windows, add_all, map_input, kind, name)
     source, offsets = padded(data, windows, 0)
+    if by_axis and block_windows(windows):
+        return _block_sums(source, offsets, windows, acc, map_input, kind, name)
 
     def value(*out_idx):
         rvars = _reduce_axes(windows)
@@ -324,6 +327,58 @@ MAX_PASS_TAPS = 16
 MAX_SINGLE_PASS_TAPS = 64
 # Non-overlapping windows up to this many taps are one expression of every tap (few_taps).
 MAX_ALL_TAPS = 32
+
+
+# Long strided windows made of whole strides (kernel = m x stride): each input lies in m windows.
+# Summed once per stride-long block, then m neighbouring blocks per output, every input is
+# read and added once instead of m times. 1-D avg k64 s32 over 128x16000: 32.7 -> 20.5
+# instructions per output on NEON (emulated), 0.240 -> 0.161 ms on x86 (znver4, 1 thread).
+# Blocks are long enough for the schedules' vector partial sums (more taps than a row unrolls).
+MIN_BLOCK_TAPS = 17
+
+
+def block_windows(windows) -> bool:
+    """One windowed axis, the innermost, static, undilated, with a kernel of m >= 2 whole strides
+    of at least :data:`MIN_BLOCK_TAPS`: summed by :func:`_block_sums`."""
+    if not _innermost_window_only(windows):
+        return False
+    w = windows[-1]
+    return (w.dilation == 1 and w.stride >= MIN_BLOCK_TAPS and w.kernel % w.stride == 0
+            and w.kernel // w.stride >= 2)
+
+
+def _innermost_window_only(windows) -> bool:
+    """Static geometry, and a window longer than 1 on the innermost spatial axis only."""
+    if not _static_geometry(windows):
+        return False
+    return [i for i, w in enumerate(windows) if w.kernel > 1] == [len(windows) - 1]
+
+
+def _block_sums(source, offsets, windows, acc, map_input, kind, name):
+    """Sums of stride-long blocks (a reduction, like any window sum), then each window's sum as
+    the sum of its kernel / stride blocks (block o + i is taps [i * stride, (i + 1) * stride) of
+    window o)."""
+    w = windows[-1]
+    m = w.kernel // w.stride
+    n_out = int(spec.as_dim(w.out_size))
+    block = dataclasses.replace(w, kernel=w.stride, out_size=n_out + m - 1)
+    block_windows_ = list(windows[:-1]) + [block]
+    lead = len(source.shape) - len(windows)
+
+    def block_sum(*idx):
+        rvars = _reduce_axes(block_windows_)
+        x = _padded_access(source, block_windows_, offsets, idx, rvars).astype(acc)
+        return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
+
+    shape = list(source.shape[:lead]) + [spec.as_dim(v.out_size) for v in block_windows_]
+    blocks = te.compute(shape, block_sum, name=f"{name}_blocks", attrs=block_attrs(kind, len(windows)))
+
+    def window_sum_of_blocks(*idx):
+        head = list(idx[:-1])
+        return reduce(lambda a, b: a + b, [blocks[tuple(head + [idx[-1] + i])] for i in range(m)])
+
+    out_shape = list(source.shape[:lead]) + [spec.as_dim(v.out_size) for v in windows]
+    return te.compute(out_shape, window_sum_of_blocks, name=name)
 
 
 def few_taps(windows) -> bool:
@@ -408,10 +463,7 @@ def doubling(windows) -> bool:
     """A max over one long stride-1 window (more than :data:`MAX_PASS_TAPS` taps) on the
     innermost spatial axis, reduced by doubling (:func:`_doubling_passes`): about 2 log2(K)
     operations per output instead of K."""
-    if not _static_geometry(windows):
-        return False
-    windowed = [i for i, w in enumerate(windows) if w.kernel > 1]
-    if windowed != [len(windows) - 1]:
+    if not _innermost_window_only(windows):
         return False
     w = windows[-1]
     return w.kernel > MAX_PASS_TAPS and w.stride == 1
