@@ -203,6 +203,8 @@ def compile(  # pylint: disable=redefined-builtin
     ``tvm_pool.tuning_logs`` for the target's family. A log tuned for a target family or ISA
     this target lacks, or an unreadable one, gives a warning and is not used; a corrupt line
     gives a warning and the file's other records are used. A log never fails the build.
+    ``tir_pipeline``: TVM's TIR pipeline name; "default" (scheduled) takes the target's
+    (``schedules.tir_pipeline``: aarch64 adds the strided-load rewrite, schedules/strided_loads.py).
     """
     target = resolve_target(target)
     database = None
