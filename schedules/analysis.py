@@ -143,6 +143,11 @@ class PassChain:
     axes: list  # the spatial axis each pass reduces
     spatial_rank: int
 
+    @property
+    def repeats_an_axis(self) -> bool:
+        """Do several passes reduce one axis (doubling levels, a flat plane's lanes)?"""
+        return len(set(self.axes)) < len(self.axes)
+
 
 def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
     """The separable window reductions of ``sch``'s function, in program order.

@@ -314,7 +314,6 @@ def negative_zero_sums(func):
     return tvm_ffi.structural_map(func, (tirx.BufferStore, zero_to_negative))
 
 
-
 FAMILY = cpu.register_family(cpu.CpuFamily(
     "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
     register_tiles=True, vector_consumers=True, deinterleaving_loads=True, halving_lane_sums=True,

@@ -61,7 +61,7 @@ from tvm.s_tir.dlight import ScheduleRule
 from tvm.sym.pattern import detect_linear_equation
 from tvm.target import Target
 
-from . import analysis
+from . import analysis, strided_loads
 
 logger = logging.getLogger(__name__)
 
@@ -592,8 +592,6 @@ _MAX_UNROLLED_TAPS = 64
 _MAX_UNROLLED_ROW_TAPS = 16
 # Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
 _MAX_VECTOR_ROW = 1024
-# Widest stride of a strided pass row TVM-vectorised for de-interleaving loads (LD2-LD4).
-_MAX_DEINTERLEAVE = 4
 # Longest row of passes along one axis that TVM vectorises (longer ones are LLVM's).
 _MAX_SHORT_ROW = 64
 
@@ -658,29 +656,18 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
             # TVM 0.27's bfloat16 legalization turns a vectorised bf16 -> f32 widening inside
             # if_then_else into a numeric uint16 cast: keep the widening copy per plane.
             sch.compute_at(p, par)
-        elif (not masked_loads(target) and level == FULL and len(set(chain.axes)) == len(chain.axes)
-              and all(_native_vectors(target, analysis.region_dtype(r)) for r in [*pad_block.reads, *pad_block.writes])
-              and (interior := _padded_interior(sch, p, chain.passes[0], target, _MAX_PADDED_ROW_PIECES)) is not None):
+        elif (interior := _inlinable_padding(sch, p, chain, target, level)) is not None:
             # No masked loads: the padding is inlined into the first pass, whose row is cut at
-            # the padding's edges (_vectorize_padded_row), so the vectors in between have no
-            # bounds checks and no plane is copied (NEON, 3x3 s2 p1 max over 64x112x112: 7.9
-            # -> 4.9 instructions per output; the copy alone was 2.7).
+            # the padding's edges, so the vectors in between have no bounds checks and no plane
+            # is copied (NEON, 3x3 s2 p1 max over 64x112x112: 7.9 -> 4.9 instructions per
+            # output; the copy alone was 2.7). Passes along distinct axes cut the middle into
+            # TVM vector pieces (_vectorize_padded_row, below); the first doubling level of a
+            # long window leaves its middle to LLVM whole (NEON, 1-D max k32 s1 p16 over
+            # 64x4096: 6.6 -> 5.7 instructions per output).
             sch.compute_inline(p)
             inlined_pad = (chain.passes[0], interior)
-        elif (not masked_loads(target) and level == FULL and len(set(chain.axes)) < len(chain.axes)
-              and all(_native_vectors(target, analysis.region_dtype(r)) for r in [*pad_block.reads, *pad_block.writes])
-              and (_loop_extent(sch, sch.get_loops(chain.passes[0])[-1]) or 0) > _MAX_SHORT_ROW
-              and (interior := _padded_interior(sch, p, chain.passes[0], target, max_pieces=None)) is not None):
-            # The same for the first doubling level of a long window (a row LLVM vectorises):
-            # its row cut at the padding's edges, the middle left to LLVM whole (NEON, 1-D max
-            # k32 s1 p16 over 64x4096: 6.6 -> 5.7 instructions per output)
-            sch.compute_inline(p)
-            lo, hi, _ = interior
-            extent = _loop_extent(sch, sch.get_loops(chain.passes[0])[-1])
-            factors = ([lo] if lo else []) + ([hi - lo] if hi < extent else [])
-            if factors:
-                sch.loop_partition(sch.get_loops(chain.passes[0])[-1], factors + [None])
-            inlined_pad = (chain.passes[0], interior)
+            if chain.repeats_an_axis:
+                _cut_at(sch, sch.get_loops(chain.passes[0])[-1], interior[0], interior[1])
         elif _plane_bytes(pad_block, rank) <= _PLANE_COPY_BYTES or not masked_loads(target):
             # A small padded plane stays in L1: one copy per plane, then no bounds checks.
             sch.compute_at(p, par)
@@ -707,7 +694,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     gather_last = (source_bytes is not None and source_bytes <= _IN_CACHE_BYTES and len(chain.passes) > 1
                    and strided_vectors(target))
     last = chain.passes[-1]
-    if len(set(chain.axes)) < len(chain.axes):
+    if chain.repeats_an_axis:
         # Passes along one axis: the doubling levels of a long window, two contiguous reads
         # per element over rows of arbitrary length, which LLVM's vectoriser handles with a
         # scalar tail (1-D max k32 s1 over 64x4096, 1 thread: 0.107 ms, against 0.122 ms
@@ -726,12 +713,12 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, target: Target, level: int =
     contiguous_last = not strided_vectors(target) and (
         last_stride == 1
         or (family is not None and family.deinterleaving_loads and last_stride is not None
-            and 2 <= last_stride <= _MAX_DEINTERLEAVE))
+            and 2 <= last_stride <= strided_loads.MAX_STRIDE))
     for block in chain.passes if gather_last or contiguous_last else chain.passes[:-1]:
         loop = sch.get_loops(block)[-1]
         dtype = analysis.region_dtype(sch.get(block).writes[0])
         if inlined_pad is not None and block.same_as(inlined_pad[0]):
-            _vectorize_padded_row(sch, loop, inlined_pad[1], target, dtype)
+            _vectorize_padded_row(sch, loop, inlined_pad[1])
         else:
             _vectorize_row(sch, loop, target, dtype, long_chunks=len(chain.passes) == 1)
     if not (gather_last or contiguous_last):
@@ -765,18 +752,44 @@ def _taps_in_one_pass(sch, chain, target: Target):
     family = family_of(target)
     if family is None or not family.deinterleaving_loads or len(chain.passes) < 2:
         return chain
-    if len(set(chain.axes)) < len(chain.axes):
+    if chain.repeats_an_axis:
         return chain
     if any(analysis.pool_kind(sch.get(p)) == "pad" for p in sch.get_producers(chain.passes[0])):
         return chain
     for block, axis in zip(chain.passes, chain.axes):
         if _pass_windows_overlap(sch, block, axis, chain.spatial_rank):
             return chain
-    if (_inner_read_stride(sch, chain.passes[-1]) or 0) > _MAX_DEINTERLEAVE:
+    if (_inner_read_stride(sch, chain.passes[-1]) or 0) > strided_loads.MAX_STRIDE:
         return chain
     for block in chain.passes[:-1]:
         sch.compute_inline(block)
     return analysis.PassChain([chain.passes[-1]], [chain.axes[-1]], chain.spatial_rank)
+
+
+def _inlinable_padding(sch, pad, chain, target: Target, level: int):
+    """The first pass's interior (:func:`_padded_interior`) when the padded copy ``pad`` is
+    better inlined into it (CPUs without masked loads, full level, dtypes computed in their own
+    registers; rows cut into few enough vector pieces, or the long row of a doubling level that
+    LLVM vectorises); else None."""
+    block = sch.get(pad)
+    if masked_loads(target) or level < FULL:
+        return None
+    if not all(_native_vectors(target, analysis.region_dtype(r)) for r in [*block.reads, *block.writes]):
+        return None
+    first = chain.passes[0]
+    if not chain.repeats_an_axis:
+        return _padded_interior(sch, pad, first, target, _MAX_PADDED_ROW_PIECES)
+    if (_loop_extent(sch, sch.get_loops(first)[-1]) or 0) <= _MAX_SHORT_ROW:
+        return None
+    return _padded_interior(sch, pad, first, target, max_pieces=None)
+
+
+def _cut_at(sch, loop, lo: int, hi: int) -> None:
+    """``loop`` split by loop_partition into [0, lo), [lo, hi) and the rest (empty parts left out)."""
+    extent = _loop_extent(sch, loop)
+    factors = ([lo] if lo > 0 else []) + ([hi - lo] if hi < extent else [])
+    if factors and hi > lo:
+        sch.loop_partition(loop, factors + [None])
 
 
 def _padded_interior(sch, pad, first, target: Target, max_pieces: int | None = None):
@@ -865,7 +878,7 @@ def _powers_of_two_split(n: int) -> list:
     return [p for p in _powers_of_two_down(n) if n & p] if n > 0 else []
 
 
-def _vectorize_padded_row(sch, loop, interior, target: Target, dtype: str) -> None:
+def _vectorize_padded_row(sch, loop, interior) -> None:
     """The first pass's row with the padding inlined: the edges (bounds checks) scalar, the
     middle cut into pieces that TVM vectorises without checks. loop_partition gives each piece
     a loop of its own: TVM's split needs a loop that starts at 0, which the middle does not."""
@@ -873,9 +886,8 @@ def _vectorize_padded_row(sch, loop, interior, target: Target, dtype: str) -> No
     extent = _loop_extent(sch, loop)
     factors = ([lo] if lo else []) + pieces + ([extent - hi] if hi < extent else [])
     parts = sch.loop_partition(loop, factors[:-1] + [None]) if len(factors) > 1 else [loop]
-    _, lanes = vector_row_lanes(target, dtype)
     for part, length in zip(parts[1 if lo else 0 :], pieces):
-        if length >= min(lanes, _MIN_REST_LANES) or len(pieces) == 1:
+        if length >= _MIN_REST_LANES or len(pieces) == 1:
             sch.vectorize(part)
 
 
@@ -891,10 +903,7 @@ def _partition_pad_rows(sch, pad) -> None:
     if data is None or extent is None or analysis._extent(sch.get(pad).iter_vars[-1].dom) != extent:  # pylint: disable=protected-access
         sch.annotate(inner, "pragma_loop_partition_hint", 1)
         return
-    begin, end = data[0], min(data[0] + data[1], extent)
-    factors = ([begin] if begin > 0 else []) + ([end - begin] if end < extent else [])
-    if factors and end > begin:
-        sch.loop_partition(inner, factors + [None])
+    _cut_at(sch, inner, data[0], min(data[0] + data[1], extent))
 
 
 def _pad_data_range(pad_block, dim: int = -1):

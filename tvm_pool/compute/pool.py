@@ -304,13 +304,18 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, b
     source, offsets = padded(data, windows, 0)
     if by_axis and block_windows(windows):
         return _block_sums(source, offsets, windows, acc, map_input, kind, name)
+    return _window_sums(source, offsets, windows, acc, map_input, kind, name)
+
+
+def _window_sums(source, offsets, windows, acc, map_input, kind, name):
+    """One reduction per output: the sum of its window's taps of the padded ``source``."""
 
     def value(*out_idx):
         rvars = _reduce_axes(windows)
         x = _padded_access(source, windows, offsets, out_idx, rvars).astype(acc)
         return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
 
-    return te.compute(_out_shape(data, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+    return te.compute(_out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
 
 
 # Separable windows: a box window's max (or sum) is the max over one axis of the max over the
@@ -360,25 +365,14 @@ def _block_sums(source, offsets, windows, acc, map_input, kind, name):
     window o)."""
     w = windows[-1]
     m = w.kernel // w.stride
-    n_out = int(spec.as_dim(w.out_size))
-    block = dataclasses.replace(w, kernel=w.stride, out_size=n_out + m - 1)
-    block_windows_ = list(windows[:-1]) + [block]
-    lead = len(source.shape) - len(windows)
-
-    def block_sum(*idx):
-        rvars = _reduce_axes(block_windows_)
-        x = _padded_access(source, block_windows_, offsets, idx, rvars).astype(acc)
-        return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
-
-    shape = list(source.shape[:lead]) + [spec.as_dim(v.out_size) for v in block_windows_]
-    blocks = te.compute(shape, block_sum, name=f"{name}_blocks", attrs=block_attrs(kind, len(windows)))
+    block = dataclasses.replace(w, kernel=w.stride, out_size=int(spec.as_dim(w.out_size)) + m - 1)
+    blocks = _window_sums(source, offsets, list(windows[:-1]) + [block], acc, map_input, kind, f"{name}_blocks")
 
     def window_sum_of_blocks(*idx):
         head = list(idx[:-1])
         return reduce(lambda a, b: a + b, [blocks[tuple(head + [idx[-1] + i])] for i in range(m)])
 
-    out_shape = list(source.shape[:lead]) + [spec.as_dim(v.out_size) for v in windows]
-    return te.compute(out_shape, window_sum_of_blocks, name=name)
+    return te.compute(_out_shape(source, windows), window_sum_of_blocks, name=name)
 
 
 def few_taps(windows) -> bool:
