@@ -53,16 +53,30 @@ def _is_int(expr) -> bool:
 
 
 def _scope(func) -> tvm.sym.Analyzer:
-    """An analyser that knows every loop's range and every let binding of ``func``."""
-    analyzer = tvm.sym.Analyzer()
+    """An analyser that knows the loop ranges and integer let bindings of ``func``. A variable
+    defined more than once with different ranges or values (one loop variable in two loops)
+    is left unbound: its range is then unknown, so no proof leans on the wrong one (binding it
+    twice is an error in TVM's analyser)."""
+    found = {}  # variable -> [Var, Range or value, consistent]
+
+    def define(var, value):
+        entry = found.get(var)
+        if entry is None:
+            found[var] = [var, value, True]
+        elif not tvm_ffi.structural_equal(entry[1], value):
+            entry[2] = False
 
     def visit(node):
         if isinstance(node, tirx.For):
-            analyzer.bind(node.loop_var, tvm.ir.Range.from_min_extent(node.min, node.extent))
+            define(node.loop_var, tvm.ir.Range.from_min_extent(node.min, node.extent))
         elif isinstance(node, (tirx.Bind, tirx.LetStmt)) and _is_int(node.value):
-            analyzer.bind(node.var, node.value)
+            define(node.var, node.value)
 
     tvm_ffi.structural_walk(func, visit, order="pre")
+    analyzer = tvm.sym.Analyzer()
+    for var, value, consistent in found.values():
+        if consistent:
+            analyzer.bind(var, value)
     return analyzer
 
 

@@ -183,6 +183,23 @@ def test_strided_loads_rewritten_only_inside_the_buffer():
     assert "T.Shuffle" not in script and ", 2, 4)]" in script
 
 
+def test_strided_loads_trust_no_loop_variable_defined_twice():
+    """One loop variable in two loops with different ranges (TVM's analyser refuses to bind it
+    twice): left unknown, so a contiguous load that fits the first loop's range is not assumed
+    to fit the second's."""
+    from tvm import tirx
+
+    a = tirx.decl_buffer((40,), "float32", name="A")
+    i = tirx.Var("i", "int32")
+    load = tirx.BufferLoad(a, [tirx.Ramp(i * 8, 2, 4)])  # i < 2 fits A; i < 8 does not
+    short = tirx.For(i, 0, 2, tirx.ForKind.SERIAL, tirx.Evaluate(load))
+    long = tirx.For(i, 0, 8, tirx.ForKind.SERIAL, tirx.Evaluate(load))
+    alone = strided_loads._rewrite_load(load, strided_loads._scope(short))  # pylint: disable=protected-access
+    assert isinstance(alone, tirx.Shuffle)
+    both = strided_loads._scope(tirx.SeqStmt([short, long]))  # pylint: disable=protected-access
+    assert strided_loads._rewrite_load(load, both).same_as(load)  # pylint: disable=protected-access
+
+
 @pytest.mark.parametrize("n,longest,lanes,long_chunks,want", [
     (112, 16, 4, False, [16] * 7),
     (56, 16, 4, False, [8] * 7),
