@@ -188,3 +188,56 @@ def test_primfunc_check_names_a_wrong_function():
     assert report.checked == ["fused_pool_concat", "same"]
     assert [(m.symbol, m.param) for m in report.mismatches] == [("fused_pool_concat", "out")]
     assert "fused_pool_concat" in report.summary()
+
+
+def _block_sum_graphs():
+    """Hand-built fused graphs around long windows of whole strides, which compute.pool sums in
+    stride-long blocks (a reduction, then an elementwise sum of neighbouring blocks): producers
+    before, a Concat with a branch, an Add with a branch and the pool used twice, a consumer."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
+
+    from oracles import IR_VERSION  # pylint: disable=import-outside-toplevel
+
+    f = TensorProto.FLOAT
+    avg = dict(kernel_shape=[64], strides=[32])
+    padded = dict(kernel_shape=[57], strides=[19], pads=[7, 30], count_include_pad=1)
+    nodes = [
+        helper.make_node("Relu", ["X"], ["r"]),
+        helper.make_node("AveragePool", ["r"], ["a"], **avg),
+        helper.make_node("Concat", ["a", "Z"], ["concat"], axis=1),
+        helper.make_node("AveragePool", ["X"], ["b"], **padded),
+        helper.make_node("Add", ["b", "W"], ["added"]),
+        helper.make_node("Sigmoid", ["X"], ["s"]),
+        helper.make_node("LpPool", ["s"], ["l"], kernel_shape=[40], strides=[20], p=2),
+        helper.make_node("Relu", ["l"], ["lp_relu"]),
+    ]
+    n = 1000
+    out_a, out_b, out_l = (n - 64) // 32 + 1, (n + 37 - 57) // 19 + 1, (n - 40) // 20 + 1
+    inputs = [helper.make_tensor_value_info("X", f, [2, 3, n]), helper.make_tensor_value_info("Z", f, [2, 2, out_a]),
+              helper.make_tensor_value_info("W", f, [2, 3, out_b])]
+    outputs = [helper.make_tensor_value_info(name, f, shape) for name, shape in (
+        ("concat", [2, 5, out_a]), ("added", [2, 3, out_b]), ("b", [2, 3, out_b]), ("lp_relu", [2, 3, out_l]))]
+    model = helper.make_model(helper.make_graph(nodes, "blocks", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    rng = np.random.default_rng(5)
+    data = {i.name: (rng.integers(-16, 17, size=[d.dim_value for d in i.type.tensor_type.shape.dim]) / 8).astype("float32")
+            for i in model.graph.input}
+    return model, data
+
+
+def test_block_sums_in_fused_graphs():
+    model, data = _block_sum_graphs()
+    want = dict(zip([o.name for o in model.graph.output], run_onnxruntime(model, data)))
+    ours = run_tvm_pool(model, data)
+    for name, exp in want.items():
+        np.testing.assert_allclose(ours[name], exp, rtol=1e-5, atol=1e-5, err_msg=name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = tvm_pool.from_onnx(model)
+    assert "_blocks" in relax.transform.LegalizeOps(
+        customize_legalize_map=tvm_pool.lowering.legalize_map())(mod).script()  # the block form is what runs
+    report = check_module(mod, X86, seed=5)
+    assert report.checked and not report.mismatches and not report.unchecked, report.summary()

@@ -89,6 +89,40 @@ def test_pairwise_max_where_windows_cover_both_phases():
     assert "fmaxp\t" not in asm and "ld2\t" in asm
 
 
+def _scheduled_script(build, shape, rule, target, dtype="float32") -> str:
+    x = te.placeholder(shape, dtype, name="x")
+    func = te.create_prim_func([x, build(x)]).with_attr("global_symbol", "main")
+    sch = rule.apply(func, tvm.target.Target(target) if isinstance(target, dict) else target, False)
+    assert sch is not None
+    return sch.mod["main"].script()
+
+
+def test_neon_schedule_forms_and_x86_unchanged():
+    """What the aarch64 facts change, each against x86 (exactness: test_pass_rows_bit_exact and
+    test_long_sums_as_vector_partial_sums, and the emulated suite)."""
+    x86_target = resolve_target("x86")
+    long_avg = lambda x: compute.avg_pool(x, [64], strides=[32])  # noqa: E731
+    # partial sums added by halving vector adds (one more rfactor, a 2-lane vector)
+    neon = _scheduled_script(long_avg, [1, 3, 1000], arm.Pool(), A72)
+    assert "_rf_1" in neon and "T.vectorized(2)" in neon
+    assert "_rf_1" not in _scheduled_script(long_avg, [1, 3, 1000], x86.Pool(), x86_target)
+    # the first doubling level of a long max reads the data, its row cut at the padding's edges
+    long_max = lambda x: compute.max_pool(x, [32], strides=[1], pads=[16, 16])  # noqa: E731
+    neon = _scheduled_script(long_max, [1, 3, 200], arm.Pool(), A72)
+    assert 'T.sblock("pad")' not in neon and "_partition" in neon
+    # non-overlapping 2x2x2 windows in one pass over every tap
+    avg3d = lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])  # noqa: E731
+    assert "pass0" not in _scheduled_script(avg3d, [1, 2, 4, 8, 56], arm.Pool(), A72)
+    assert "pass0" in _scheduled_script(avg3d, [1, 2, 4, 8, 56], x86.Pool(), x86_target)
+    # a row's rest after its whole registers vectorised from half a register (18 = 16 + 2)
+    k3s3 = _scheduled_script(lambda x: compute.max_pool(x, [3, 3], strides=[3, 3]), [1, 2, 9, 54], arm.Pool(), A72)
+    assert "T.vectorized(16, 18)" in k3s3
+    # a padded copy that stays (float16 widened to float32) is cut at the data's edges, not hinted
+    fp16 = _scheduled_script(lambda x: compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                             [1, 4, 56, 56], arm.Pool(), A72, "float16")
+    assert 'T.sblock("pad_ax10_partition")' in fp16 and "pragma_loop_partition_hint" not in fp16
+
+
 def test_float_sums_start_at_negative_zero_on_neon():
     """-0.0 + x is x for every x (LLVM drops the add; 0.0 + x is not, for x = -0.0): aarch64
     starts its float sums there; x86 keeps 0.0. The sums are exact either way (test_pass_rows)."""
