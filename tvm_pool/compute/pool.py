@@ -337,7 +337,9 @@ MAX_ALL_TAPS = 32
 # Long strided windows made of whole strides (kernel = m x stride): each input lies in m windows.
 # Summed once per stride-long block, then m neighbouring blocks per output, every input is
 # read and added once instead of m times. 1-D avg k64 s32 over 128x16000: 32.7 -> 20.5
-# instructions per output on NEON (emulated), 0.240 -> 0.161 ms on x86 (znver4, 1 thread).
+# instructions per output on NEON (emulated, bench/arm_instructions.py); on x86 (znver4,
+# `tvm-pool bench --only longwin_avg1d`) 0.098 ms at 2 threads and 0.182 ms at 1, where the full
+# benchmark before it had 0.120 and 0.237 ms.
 # Blocks are long enough for the schedules' vector partial sums (more taps than a row unrolls).
 MIN_BLOCK_TAPS = 17
 
