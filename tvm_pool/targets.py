@@ -36,6 +36,79 @@ def num_cores() -> int:
 
 _ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
+# --------------------------------------------------------------------------------------------
+# What a target is: every schedule, tuning log and benchmark asks here.
+# --------------------------------------------------------------------------------------------
+
+_X86_TRIPLES = ("x86_64", "i686", "i386", "x86")
+# The GPU the "cuda" alias and a CUDA schedule without a target assume (Hopper).
+DEFAULT_CUDA_ARCH = "sm_90"
+
+
+def _host_triple() -> str:
+    """LLVM's triple for this machine, else one made of Python's machine name."""
+    import platform  # pylint: disable=import-outside-toplevel
+
+    get = getattr(getattr(tvm.target, "codegen", None), "llvm_get_system_triple", None)
+    triple = str(get()) if get is not None else ""
+    return triple or f"{platform.machine().lower()}-unknown-linux-gnu"
+
+
+def cpu_arch(target: Target) -> str | None:
+    """The CPU architecture of an LLVM target: "x86_64", "aarch64", or the first part of any
+    other triple ("riscv64", ...); None for a target that is not a CPU. The target's mtriple
+    decides; without one, the ``arm_cpu`` key means aarch64, else it is this machine's (what
+    LLVM builds for)."""
+    if target.kind.name != "llvm":
+        return None
+    triple = str(target.attrs.get("mtriple", "") or "")
+    if not triple:
+        if "arm_cpu" in [str(k) for k in target.keys]:
+            return "aarch64"
+        triple = _host_triple()
+    arch = triple.split("-")[0]
+    if arch.startswith(_X86_TRIPLES):
+        return "x86_64"
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+def is_x86(target: Target) -> bool:
+    return cpu_arch(target) == "x86_64"
+
+
+def is_aarch64(target: Target) -> bool:
+    return cpu_arch(target) == "aarch64"
+
+
+def is_cuda(target: Target) -> bool:
+    return target.kind.name == "cuda" and "gpu" in [str(k) for k in target.keys]
+
+
+def cuda_target(arch: str = DEFAULT_CUDA_ARCH, host: Target | None = None) -> Target:
+    """A CUDA target for ``arch`` (the "cuda" alias: :data:`DEFAULT_CUDA_ARCH`, this machine as host)."""
+    return Target({"kind": "cuda", "arch": arch}, host=host)
+
+
+def has_feature(target: Target, feature: str) -> bool:
+    """Whether LLVM says ``target`` has the ISA ``feature`` (LLVM's name: "avx512f", "fullfp16")."""
+    return bool(tvm.target.codegen.target_has_features(feature, target))
+
+
+def has_fullfp16(target: Target) -> bool:
+    """Does an aarch64 target compute float16 natively (Armv8.2-A FEAT_FP16, LLVM ``+fullfp16``)?
+    An explicit ``+fullfp16`` / ``-fullfp16`` in mattr decides; else LLVM's CPU model."""
+    mattr = [str(a) for a in (target.attrs.get("mattr", None) or [])]
+    if "+fullfp16" in mattr or "-fullfp16" in mattr:
+        return "+fullfp16" in mattr
+    return has_feature(target, "fullfp16")
+
+
+def x86_vector_bits(target: Target) -> int:
+    """512 with AVX-512F, 256 with AVX2, else 128 (SSE)."""
+    if has_feature(target, "avx512f"):
+        return 512
+    return 256 if has_feature(target, "avx2") else 128
+
 
 def foreign_triple(target: Target) -> str | None:
     """The LLVM triple of ``target``'s CPU code (a CUDA target's host) when it names another CPU
@@ -87,7 +160,7 @@ def resolve_target(target) -> Target:
             {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"]}
         )
     if target == "cuda":
-        return Target({"kind": "cuda", "arch": "sm_90"}, host=host_target())
+        return cuda_target(host=host_target())
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
             return Target(json.loads(target))
