@@ -3,65 +3,95 @@
 Schedules know nothing of ONNX: they find pooling blocks by the block annotations the computes
 set (``tvm_pool.kind``, see tvm_pool/compute/common.py) and TOPI's ``meta_schedule.pool_*``.
 
-Layout: one module per target family, each with one dlight-style rule:
+One dlight-style rule per target family, its settings as data:
 
-- :mod:`.cpu`   the CPU rule, shared by every CPU family (target-neutral)
-- :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths from the target's mcpu/mattr -- implemented
-- :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16              -- implemented
-- :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)         -- implemented
+- :mod:`.cpu`   the CPU rule, shared by every CPU family (its config in :mod:`.cpu_config`,
+                window reductions in :mod:`.cpu_reduction`, separable passes in :mod:`.cpu_passes`)
+- :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths, x86's knobs
+- :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16, FMAX / -0.0 rewrites, its knobs
+- :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)
 
-To add a CPU: write ``<family>.py`` with its :class:`.cpu.CpuFamily` facts and a
-:class:`.cpu.Pool` subclass; another kind of target: a ``ScheduleRule`` of its own. Then add it
-to :data:`_FAMILIES` below (a predicate on the target plus the rule factory). :mod:`.meta_schedule`
-registers the same schedules as MetaSchedule custom rules (block annotation ``schedule_rule``).
+Every rule has the same face: ``config(target)`` (a frozen dataclass of facts and thresholds),
+``knobs()`` (the tuning design space: ``(label, config overrides)``, hand-written first),
+``schedule(base_schedule, config)`` (the one path: ``compile``, tuning candidates and the
+MetaSchedule custom rules all go through it), and the function rewrites ``prepare`` (before
+scheduling; applied when fusing, so tuning workloads carry it) and ``finish`` (after
+scheduling, whichever path scheduled). To add a family: a module with its rule, then an entry in
+:func:`.families.rules`. :mod:`.meta_schedule` registers the rules as MetaSchedule custom rules.
 """
 
 from __future__ import annotations
 
 import tvm
-from tvm.s_tir import dlight
+import tvm_ffi
+from tvm.s_tir import SBlock, dlight
 
-from . import arm, cpu, cuda, strided_loads, x86
-
-
-def _x86_rules(target):
-    return [x86.Pool()]
+from . import analysis, cpu, strided_loads
+from .families import rule_for, rules_for
 
 
-def _cuda_rules(target):
-    return [cuda.Pool()]
+def prepare_pass(target: tvm.target.Target) -> tvm.transform.Pass:
+    """A module pass that applies the target family's rewrites of a pooling PrimFunc *before*
+    it is scheduled (aarch64: the NaN-propagating max as FMAX, a global average as one
+    reduction). ``lowering.fusion_passes`` ends with it, so tuning tasks (their workloads), the
+    tuning-log lookup and the hand-written schedules all see the same function."""
+    return _function_pass(target, "prepare", lambda func: analysis.has_pool_units(func) and not _scheduled(func))
 
 
-# (predicate on the target, rules factory), first match wins.
-_FAMILIES = [
-    (x86.is_x86, _x86_rules),
-    (arm.is_arm, lambda t: [arm.Pool()]),
-    (cuda.is_cuda, _cuda_rules),
-]
+def finish_pass(target: tvm.target.Target) -> tvm.transform.Pass:
+    """A module pass that applies the target family's rewrites of a *scheduled* pooling PrimFunc
+    (aarch64: float sums started at -0.0), whichever path scheduled it: the hand-written rule,
+    a tuning record, or a candidate being measured while tuning."""
+    return _function_pass(target, "finish", lambda func: _scheduled(func) and _has_pool_blocks(func))
 
 
-def rules_for(target: tvm.target.Target) -> list:
-    """The dlight-style schedule rules for ``target`` (x86, aarch64 and CUDA)."""
-    for matches, rules in _FAMILIES:
-        if matches(target):
-            return rules(target)
-    return []
+def _scheduled(func) -> bool:
+    return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
+
+
+def _has_pool_blocks(func) -> bool:
+    """Whether ``func`` has a pooling block anywhere (scheduled or not)."""
+    found = []
+    tvm_ffi.structural_walk(func, (SBlock, lambda block: found.append(analysis.is_pool_block(block))))
+    return any(found)
+
+
+def _function_pass(target, which: str, applies) -> tvm.transform.Pass:
+    rule = rule_for(target)
+    rewrite = getattr(rule, which, None)
+
+    @tvm.transform.module_pass(opt_level=0, name=f"tvm_pool.{which}")
+    def _apply(mod, _ctx):
+        if rewrite is None:
+            return mod
+        updates = {}
+        for gv, func in mod.functions_items():
+            if isinstance(func, tvm.tirx.PrimFunc) and applies(func):
+                new = rewrite(func)
+                if not new.same_as(func):
+                    updates[gv] = new
+        if updates:
+            mod = tvm.IRModule({**dict(mod.functions_items()), **updates}, attrs=mod.attrs)
+        return mod
+
+    return _apply
 
 
 def schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
-    """A module pass that schedules every not-yet-scheduled PrimFunc that a rule matches."""
+    """Schedule every not-yet-scheduled PrimFunc that the target's rule takes, then apply the
+    family's ``finish`` to every scheduled pooling PrimFunc (tuned ones included)."""
     rules = rules_for(target)
     if not rules:
         return tvm.transform.Sequential([], name="tvm_pool.no_schedule")
-    return dlight.ApplyDefaultSchedule(*rules)
+    return tvm.transform.Sequential([dlight.ApplyDefaultSchedule(*rules), finish_pass(target)], name="tvm_pool.schedule")
 
 
 def tir_pipeline(target: tvm.target.Target) -> str:
     """The name of the TIR lowering pipeline for ``target``: TVM's default, plus the rewrite of
     strided vector loads (:mod:`.strided_loads`) for CPU families that have de-interleaving
     loads instead of gathers."""
-    family = cpu.family_of(target)
-    if family is not None and family.deinterleaving_loads:
+    rule = rule_for(target)
+    if isinstance(rule, cpu.Pool) and rule.config(target).deinterleaving_loads:
         return strided_loads.register_pipeline()
     return "default"
 
@@ -71,12 +101,3 @@ def register_meta_schedule_rules() -> list[str]:
     from . import meta_schedule  # pylint: disable=import-outside-toplevel
 
     return meta_schedule.register()
-
-
-def tuning_record_for(target: tvm.target.Target, mod: tvm.IRModule, tuning_logs=None, shipped: bool = True):
-    """Which tuning record each PrimFunc of the Relax module ``mod`` gets (``inspect`` prints
-    it): "NAME: TIME ms, N-step schedule from DIR" per tuned function, None when none is."""
-    from .. import tuning  # pylint: disable=import-outside-toplevel
-
-    found = [f"{name}: {rec}" for name, rec in tuning.records_for(mod, target, tuning_logs, shipped=shipped) if rec != "none"]
-    return "; ".join(found) or None

@@ -283,3 +283,41 @@ def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:
     loops = sch.get_loops(main.rv)
     block = sch.get(main.rv)
     return len(loops) == len(block.iter_vars)
+
+
+def loop_extent(sch: s_tir.Schedule, loop) -> int | None:
+    """A loop's static extent (None when it is symbolic)."""
+    ext = sch.get(loop).extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def product(values) -> int | None:
+    """The product of ``values``; None when any is None (a symbolic extent)."""
+    total = 1
+    for v in values:
+        if v is None:
+            return None
+        total *= v
+    return total
+
+
+# What a schedule step raises when it cannot do its job on a function: TVM's ScheduleError and
+# the other checks of TVM's C++ side (RuntimeError subclasses), and ValueError, which TVM raises
+# for invalid arguments and tvm_pool's steps for a shape they do not handle. Anything else (a
+# TypeError, an AttributeError) is a bug in the schedule and is not caught.
+SCHEDULE_ERRORS = (RuntimeError, ValueError)
+
+
+def unit_anchors(sch: s_tir.Schedule) -> list[str]:
+    """The names of the blocks a pooling schedule starts from, one per pooling unit: each
+    window reduction, and each separable reduction's last pass."""
+    return [sch.get(m.rv).name_hint for m in main_blocks(sch)] + [
+        sch.get(c.passes[-1]).name_hint for c in pass_chains(sch)
+    ]
+
+
+def has_pool_units(func: tirx.PrimFunc) -> bool:
+    """Whether a rule has anything to schedule in ``func`` (a window reduction or separable
+    passes of tvm_pool's, or TOPI's pooling blocks)."""
+    sch = s_tir.Schedule(func)
+    return bool(main_blocks(sch) or pass_chains(sch))

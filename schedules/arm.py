@@ -33,6 +33,7 @@ Emulated instruction counts (``bench/arm_instructions.py``) are not hardware tim
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -41,45 +42,13 @@ import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.target import Target
 
+from ..targets import has_fullfp16, is_aarch64
 from . import analysis, cpu, strided_loads
+from .cpu_config import HUGE, NO_VECTOR, CpuConfig, target_threads
 
-__all__ = ["FAMILY", "Pool", "is_arm", "has_fullfp16", "vector_bits", "use_fmax"]
+__all__ = ["KNOBS", "Pool", "use_fmax", "whole_plane_sums", "negative_zero_sums"]
 
-_AARCH64_TRIPLES = ("aarch64", "arm64")
-
-
-def is_arm(target: Target) -> bool:
-    if target.kind.name != "llvm":
-        return False
-    triple = str(target.attrs.get("mtriple", "") or "")
-    if triple:
-        return triple.startswith(_AARCH64_TRIPLES)
-    if "arm_cpu" in [str(k) for k in target.keys]:
-        return True
-    try:
-        return str(tvm.target.codegen.llvm_get_system_triple()).startswith(_AARCH64_TRIPLES)
-    except Exception:  # pylint: disable=broad-except
-        return False
-
-
-def has_fullfp16(target: Target) -> bool:
-    """Does the target compute float16 natively (Armv8.2-A FEAT_FP16, LLVM ``+fullfp16``)?"""
-    mattr = [str(a) for a in (target.attrs.get("mattr", None) or [])]
-    if "+fullfp16" in mattr:
-        return True
-    if "-fullfp16" in mattr:
-        return False
-    try:
-        return bool(tvm.target.codegen.target_has_features("fullfp16", target))
-    except Exception:  # pylint: disable=broad-except
-        return False
-
-
-def vector_bits(target: Target, dtype: str = "float32") -> int:
-    """128-bit NEON; float16 without +fullfp16 is computed as float32, 4 lanes (64 bits of halves)."""
-    if dtype == "float16" and not has_fullfp16(target):
-        return 64
-    return 128
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,7 +204,8 @@ def use_fmax(func):
         return func
     try:
         new = tvm.script.from_source(new_text)
-    except Exception:  # pylint: disable=broad-except
+    except (RuntimeError, ValueError, SyntaxError) as err:  # the parser's DiagnosticError is a RuntimeError
+        logger.debug("FMAX rewrite not parsed back, max kept as selects: %s", err)
         return func
     return new.with_attrs(dict(func.attrs)) if func.attrs else new
 
@@ -314,22 +284,45 @@ def negative_zero_sums(func):
     return tvm_ffi.structural_map(func, (tirx.BufferStore, zero_to_negative))
 
 
-FAMILY = cpu.register_family(cpu.CpuFamily(
-    "arm", is_arm, vector_bits, strided_vectors=False, masked_loads=False, vector_row_registers=4,
-    register_tiles=True, vector_consumers=True, deinterleaving_loads=True, halving_lane_sums=True,
-))
+# The design space tuning measures on aarch64 (every point, exhaustively): the hand-written
+# schedule, then one knob moved at a time. NEON has no masked loads and no gathers, so x86's
+# padding and gathered-last-pass knobs do not apply; its own choices (rows cut into chunks of a
+# few registers, one-register tiles, halving lane sums) do.
+KNOBS = (
+    ("hand-written", {}),
+    ("vector: TVM vectors off (LLVM's vectoriser only)", {"level": NO_VECTOR}),
+    ("vector: pass rows in chunks of 2 registers", {"vector_row_registers": 2}),
+    ("vector: pass rows in chunks of 8 registers", {"vector_row_registers": 8}),
+    ("vector: no one-register tiles", {"register_tiles": False}),
+    ("unroll: taps rolled", {"max_unrolled_taps": 0}),
+    ("sums: lanes added in order", {"halving_lane_sums": False}),
+    ("threads: one", {"min_parallel_bytes": HUGE}),
+    ("threads: all", {"min_parallel_bytes": 0}),
+    ("threads: planes and rows in parallel", {"num_threads": 1 << 20}),
+    ("threads: planes in parallel only", {"num_threads": 0}),
+)
 
 
 class Pool(cpu.Pool):
     """The shared CPU rule on aarch64 targets, on the function with its max as FMAX and a
-    whole-plane average as one reduction."""
+    whole-plane average as one reduction, its float sums started at -0.0 once scheduled."""
 
-    family = FAMILY
+    name = "arm"
+    KNOBS = KNOBS
+
+    def takes(self, target: Target) -> bool:
+        return is_aarch64(target)
+
+    def config(self, target: Target) -> CpuConfig:
+        # 128-bit NEON; float16 without +fullfp16 is computed as float32, 4 lanes (64 bits of halves)
+        return CpuConfig(
+            "arm", vector_bits=128, widened_dtypes=frozenset() if has_fullfp16(target) else frozenset({"float16"}),
+            num_threads=target_threads(target), strided_vectors=False, masked_loads=False, vector_row_registers=4,
+            register_tiles=True, vector_consumers=True, deinterleaving_loads=True, halving_lane_sums=True,
+        )
 
     def prepare(self, func):
         return use_fmax(whole_plane_sums(func))
 
-    def finish(self, sch):
-        func = sch.mod["main"]
-        rewritten = negative_zero_sums(func)
-        return sch if rewritten.same_as(func) else s_tir.Schedule(rewritten)
+    def finish(self, func):
+        return negative_zero_sums(func)

@@ -1,36 +1,35 @@
 """The same schedules as MetaSchedule custom rules (CPU under keys ``cpu`` and ``arm_cpu``, CUDA
-under ``cuda`` and ``gpu``).
+under ``cuda`` and ``gpu``), and the pooling design space tuning measures.
 
 MetaSchedule's ``ApplyCustomRule`` reads a block's ``schedule_rule`` annotation and calls the
 global function ``s_tir.meta_schedule.<target key>.<annotation>`` (target key ``cpu`` for llvm)
 with ``(schedule, block)``; it must return a list of schedules (the design space). tvm_pool's
 blocks are annotated ``tvm_pool.<kind>``; TOPI's ``meta_schedule.pool_max`` / ``pool_avg``.
 
-Each registered rule schedules a window-reduction block with :func:`.cpu.schedule_block` and
-returns one schedule per point of the pooling design space (:data:`KNOBS`, the hand-written
-choice first); elementwise stages (``*_finalize``, the first passes of a separable reduction)
-return the schedule unchanged: the reduction's rule (its last pass's, for a separable one)
-places them.
+There is one path: the registered function asks ``schedules.rule_for(target)`` for the
+family's rule and returns :meth:`candidates` of it, the very ``rule.schedule(sch, config)``
+that ``compile`` runs, once per knob of the family (``rule.knobs()``: each an override of the
+family's config, the hand-written choice first), with every target-specific step and check it
+has (aarch64's FMAX and whole-plane rewrites are in the tuned workload already, see
+``schedules.prepare_pass``; its -0.0 sum start is applied to tuned functions by
+``schedules.finish_pass``; CUDA's alignment proof and shared-memory limit are inside its
+``schedule``). The rule schedules the whole function, so it acts once per function: on the
+first pooling unit by name (:func:`_anchor`); every other block of the function (an earlier
+pass, a finalize, another unit) returns the schedule as it is.
 
-The design space: :data:`KNOBS` lists the hand-written schedule (cpu.py's choices) and one
-variant per knob: threads (one, all, rows in parallel), vector width (TVM vectors off, 256-bit,
-128-bit tiles), unroll (taps rolled), padding (copied per plane vs bounds checks inlined), last
-pass (gathered TVM vectors vs LLVM's vectoriser) and tile (pass rows cut in 128-lane chunks).
-:func:`pool_candidates` schedules a whole pooling PrimFunc at every point (duplicates dropped):
-``tvm_pool.tune`` measures them all (pooling tasks are searched exhaustively), so a tuned pool
-is never slower than the hand-written one it was measured against. The knobs are the CPU schedule's own
-constants and target facts (schedules/cpu.py), overridden while one candidate is scheduled (:func:`knobs`).
+:func:`pool_candidates` gives the same design space for a whole pooling PrimFunc:
+``tvm_pool.tune`` measures every point (pooling tasks are searched exhaustively), so a tuned
+pool is never slower than the hand-written one it was measured against.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from . import analysis, cpu, cuda
+from . import analysis
+from .families import rule_for
 
 CPU_KINDS = (
     "max", "max_index", "avg_sum", "lp_sum",
@@ -44,67 +43,32 @@ ELEMENTWISE_KINDS = (
     "pad", "widen",  # the padded copy and bf16 widening: placed by the reduction's rule
 )
 # MetaSchedule looks the rule up under each key of the target: "cpu" for x86, "arm_cpu" (then
-# "cpu") for aarch64. The same functions serve both: the family comes from Target.current().
-CPU_KEYS = ("cpu", "arm_cpu")
-# MetaSchedule tries the target's keys in order: a cuda target has keys ("cuda", "gpu").
-GPU_KEYS = ("cuda", "gpu")
-
-
-_HUGE = 1 << 62
-
-# (label, schedule level, overrides of cpu.py's constants and target facts); the first entry is
-# the hand-written schedule, every other one moves one knob away from it.
-KNOBS = (
-    ("hand-written", cpu.FULL, {}),
-    ("vector: TVM vectors off (LLVM's vectoriser only)", cpu.NO_VECTOR, {}),
-    ("vector: 256-bit tiles", cpu.FULL, {"vector_bits": lambda _t, _dtype="float32": 256}),
-    ("vector: 128-bit tiles", cpu.FULL, {"vector_bits": lambda _t, _dtype="float32": 128}),
-    ("unroll: taps rolled", cpu.FULL, {"_MAX_UNROLLED_TAPS": 0}),
-    ("padding: copied per plane", cpu.FULL, {"_PLANE_COPY_BYTES": _HUGE}),
-    ("padding: bounds checks inlined", cpu.FULL, {"_PLANE_COPY_BYTES": -1}),
-    ("threads: one", cpu.FULL, {"_MIN_PARALLEL_BYTES": _HUGE}),
-    ("threads: all", cpu.FULL, {"_MIN_PARALLEL_BYTES": 0}),
-    ("threads: planes and rows in parallel", cpu.FULL, {"num_threads": lambda _t: 1 << 20}),
-    ("threads: planes in parallel only", cpu.FULL, {"num_threads": lambda _t: 0}),
-    ("last pass: LLVM's vectoriser", cpu.FULL, {"_IN_CACHE_BYTES": -1}),
-    ("last pass: gathered TVM vectors", cpu.FULL, {"_IN_CACHE_BYTES": _HUGE}),
-    ("tile: pass rows in 128-lane chunks", cpu.FULL, {"_MAX_VECTOR_ROW": 128}),
-)
-
-
-@contextlib.contextmanager
-def knobs(overrides: dict):
-    """Override cpu.py's module-level constants / target facts while scheduling one candidate."""
-    saved = {name: getattr(cpu, name) for name in overrides}
-    try:
-        for name, value in overrides.items():
-            setattr(cpu, name, value)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(cpu, name, value)
+# "cpu") for aarch64, ("cuda", "gpu") for CUDA. One function serves every key: the family comes
+# from Target.current().
+KEYS = ("cpu", "arm_cpu", "cuda", "gpu")
 
 
 def pool_candidates(mod: tvm.IRModule, target) -> list:
-    """Every point of the design space for a pooling PrimFunc (``mod`` holds it as ``main``):
-    ``[(label, schedule), ...]``, the hand-written schedule first, structural duplicates
-    dropped (their labels joined). Empty when the function has no pooling block. A point cpu.py
-    cannot schedule at its level falls back to the next level, as the dlight rule does."""
-    probe = s_tir.Schedule(mod)
-    if not analysis.main_blocks(probe) and not analysis.pass_chains(probe):
+    """Every point of the target family's design space for a pooling PrimFunc (``mod`` holds it
+    as ``main``, as fused and prepared by ``lowering.fuse``): ``[(label, schedule), ...]``, the
+    hand-written schedule first, structural duplicates dropped (their labels joined), each
+    schedule's trace replaying on ``mod``. Empty when the function has no pooling block or the
+    target no rule."""
+    rule = rule_for(target)
+    if rule is None or not analysis.has_pool_units(mod["main"]):
         return []
-    found = []  # [(labels, schedule)]
-    for label, level, overrides in KNOBS:
-        sch = None
-        with knobs(overrides):
-            for lvl in range(level, cpu.PARALLEL_ONLY - 1, -1):
-                attempt = s_tir.Schedule(mod)
-                try:
-                    cpu.schedule_function(attempt, target, lvl)
-                except (Exception,):  # pylint: disable=broad-except
-                    continue
-                sch = attempt
-                break
+    return candidates(rule, s_tir.Schedule(mod), target)
+
+
+def candidates(rule, base: s_tir.Schedule, target) -> list:
+    """``[(label, schedule)]``: ``rule.schedule`` of a copy of ``base`` for each of the rule's
+    knobs that schedules, structural duplicates joined (" = "), the hand-written one first."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    config = rule.config(target)
+    found = []  # [([labels], schedule)]
+    for label, overrides in rule.knobs():
+        sch = rule.schedule(base, dataclasses.replace(config, **overrides))
         if sch is None:
             continue
         same = next((f for f in found if tvm_ffi.structural_equal(f[1].mod, sch.mod)), None)
@@ -115,67 +79,39 @@ def pool_candidates(mod: tvm.IRModule, target) -> list:
     return [(" = ".join(labels), sch) for labels, sch in found]
 
 
-def _cpu_rule(sch: s_tir.Schedule, block) -> list:
-    target = tvm.target.Target.current(allow_none=True) or tvm.target.Target({"kind": "llvm"})
-    name = sch.get(block).name_hint
-    chain = next((c for c in analysis.pass_chains(sch) if sch.get(c.passes[-1]).name_hint == name), None)
-    if chain is None and not analysis.is_reduction(sch.get(block)):
+def _anchor(sch: s_tir.Schedule) -> str | None:
+    """The block the function's schedule is made from: the first pooling unit by name."""
+    names = analysis.unit_anchors(sch)
+    return min(names) if names else None
+
+
+def _rule(sch: s_tir.Schedule, block) -> list:
+    """The registered custom rule: the family's design space for the whole function, made when
+    MetaSchedule reaches the anchor block; any other block leaves the schedule as it is."""
+    target = tvm.target.Target.current(allow_none=True)
+    rule = rule_for(target) if target is not None else None
+    if rule is None or sch.get(block).name_hint != _anchor(sch):
         return [sch]
-    spaces = []
-    for _label, level, overrides in KNOBS:
-        candidate = sch.copy()
-        try:
-            with knobs(overrides):
-                if chain is not None:  # the last pass of a separable reduction schedules its chain
-                    cpu.schedule_pass_chain(candidate, chain, target, level)  # rvs survive copy()
-                else:
-                    cpu.schedule_block(candidate, block, target, level)
-        except (Exception,):
-            continue
-        if not any(tvm_ffi.structural_equal(c.mod, candidate.mod) for c in spaces):
-            spaces.append(candidate)
-    return spaces or [sch]
+    return [s for _, s in candidates(rule, sch, target)] or [sch]
 
 
 def _keep(sch: s_tir.Schedule, _block) -> list:
     return [sch]
 
 
-def _cuda_rule(sch: s_tir.Schedule, block) -> list:
-    """The CUDA schedule of the whole function, from its window reduction (or a separable
-    reduction's last pass); a block that is neither leaves the schedule as it is."""
-    target = tvm.target.Target.current(allow_none=True)
-    if target is None or not cuda.is_cuda(target):
-        target = cuda.default_target()
-    name = sch.get(block).name_hint
-    chain = next((c for c in analysis.pass_chains(sch) if sch.get(c.passes[-1]).name_hint == name), None)
-    if chain is None and not analysis.is_reduction(sch.get(block)):
-        return [sch]
-    spaces = []
-    for staged in (True, False):
-        candidate = sch.copy()
-        try:
-            cuda.schedule_function(candidate, target, staged=staged, warp=staged)
-        except (Exception,):  # pylint: disable=broad-except
-            continue
-        spaces.append(candidate)
-    return spaces or [sch]
-
-
 _registered: list[str] = []
 
 
 def register() -> list[str]:
-    """Register the CPU and CUDA custom rules (idempotent); returns the registered global names."""
+    """Register the custom rules (idempotent); returns the registered global names."""
     if _registered:
         return list(_registered)
     names = []
-    keys = [(key, _cpu_rule) for key in CPU_KEYS] + [(key, _cuda_rule) for key in GPU_KEYS]
-    for prefix, rule in [(f"s_tir.meta_schedule.{key}.", fn) for key, fn in keys]:
+    for prefix in [f"s_tir.meta_schedule.{key}." for key in KEYS]:
         reductions = [f"{prefix}tvm_pool.{k}" for k in CPU_KINDS]
         reductions += [prefix + r for r in analysis.TOPI_POOL_RULES]
         for name in reductions:
-            tvm_ffi.register_global_func(name, rule, override=True)
+            tvm_ffi.register_global_func(name, _rule, override=True)
         elementwise = [f"{prefix}tvm_pool.{k}" for k in ELEMENTWISE_KINDS]
         for name in elementwise:
             tvm_ffi.register_global_func(name, _keep, override=True)

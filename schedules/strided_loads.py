@@ -32,6 +32,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..targets import is_aarch64
+
 __all__ = ["LOAD", "rewrite_function", "strided_loads_pass", "register_pipeline", "MAX_STRIDE"]
 
 # LLVM's AArch64 InterleavedAccess lowering handles factors 2-4 (LD2/LD3/LD4).
@@ -116,11 +118,7 @@ def rewrite_function(func):
 
 def _is_aarch64(func) -> bool:
     target = func.attrs.get("target", None) if func.attrs is not None else None
-    if target is None:
-        return False
-    from .arm import is_arm  # pylint: disable=import-outside-toplevel
-
-    return is_arm(target)
+    return target is not None and is_aarch64(target)
 
 
 def _mutate_max_tree(call, mutator):

@@ -1,53 +1,49 @@
-"""x86-64 CPUs: the facts the shared CPU schedule (:mod:`.cpu`) needs.
+"""x86-64 CPUs: the facts and the design space the shared CPU schedule (:mod:`.cpu`) takes.
 
-AVX-512 / AVX2 / SSE register widths from the target's mcpu/mattr. The schedule itself (one
-dlight rule for every pooling PrimFunc, fused or not) is :mod:`.cpu`, shared with aarch64.
+AVX-512 / AVX2 / SSE register widths from the target's mcpu/mattr
+(:func:`tvm_pool.targets.x86_vector_bits`); everything else is the measured defaults of
+:class:`.cpu_config.CpuConfig`. The schedule itself (one dlight rule for every pooling PrimFunc,
+fused or not) is :mod:`.cpu`, shared with aarch64.
 """
 
 from __future__ import annotations
 
-import tvm
 from tvm.target import Target
 
+from ..targets import is_x86, x86_vector_bits
 from . import cpu
-from .cpu import FULL, NO_VECTOR, PARALLEL_ONLY, choose_lanes, schedule_block, schedule_function, schedule_pass_chain
+from .cpu_config import HUGE, NO_VECTOR, CpuConfig, target_threads
 
-__all__ = ["FAMILY", "Pool", "is_x86", "vector_bits", "FULL", "NO_VECTOR", "PARALLEL_ONLY", "choose_lanes",
-           "schedule_block", "schedule_function", "schedule_pass_chain"]
+__all__ = ["KNOBS", "Pool"]
 
-
-def is_x86(target: Target) -> bool:
-    if target.kind.name != "llvm":
-        return False
-    triple = str(target.attrs.get("mtriple", "") or "")
-    if triple:
-        return triple.startswith(("x86_64", "i686", "i386", "x86"))
-    cpu_name = str(target.attrs.get("mcpu", "") or "")
-    if cpu_name.startswith(("cortex", "apple", "neoverse", "carmel", "kryo", "thunderx")):
-        return False
-    try:
-        return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
-    except Exception:  # pylint: disable=broad-except
-        return True
-
-
-def vector_bits(target: Target, dtype: str = "float32") -> int:  # pylint: disable=unused-argument
-    """512 with AVX-512F, 256 with AVX2, else 128 (SSE), whatever the dtype."""
-    has = tvm.target.codegen.target_has_features
-    try:
-        if has("avx512f", target):
-            return 512
-        if has("avx2", target):
-            return 256
-    except Exception:  # pylint: disable=broad-except
-        pass
-    return 128
-
-
-FAMILY = cpu.register_family(cpu.CpuFamily("x86", is_x86, vector_bits))
+# The design space tuning measures (``tvm_pool.tune``: every point, exhaustively): the
+# hand-written schedule, then one knob moved at a time, each an override of CpuConfig.
+KNOBS = (
+    ("hand-written", {}),
+    ("vector: TVM vectors off (LLVM's vectoriser only)", {"level": NO_VECTOR}),
+    ("vector: 256-bit tiles", {"vector_bits": 256}),
+    ("vector: 128-bit tiles", {"vector_bits": 128}),
+    ("unroll: taps rolled", {"max_unrolled_taps": 0}),
+    ("padding: copied per plane", {"plane_copy_bytes": HUGE}),
+    ("padding: bounds checks inlined", {"plane_copy_bytes": -1}),
+    ("threads: one", {"min_parallel_bytes": HUGE}),
+    ("threads: all", {"min_parallel_bytes": 0}),
+    ("threads: planes and rows in parallel", {"num_threads": 1 << 20}),
+    ("threads: planes in parallel only", {"num_threads": 0}),
+    ("last pass: LLVM's vectoriser", {"in_cache_bytes": -1}),
+    ("last pass: gathered TVM vectors", {"in_cache_bytes": HUGE}),
+    ("tile: pass rows in 128-lane chunks", {"max_vector_row": 128}),
+)
 
 
 class Pool(cpu.Pool):
     """The shared CPU rule on x86 targets."""
 
-    family = FAMILY
+    name = "x86"
+    KNOBS = KNOBS
+
+    def takes(self, target: Target) -> bool:
+        return is_x86(target)
+
+    def config(self, target: Target) -> CpuConfig:
+        return CpuConfig("x86", vector_bits=x86_vector_bits(target), num_threads=target_threads(target))

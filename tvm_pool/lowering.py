@@ -135,7 +135,8 @@ def _is_default_schedule(p) -> bool:
 
 def fusion_passes(target: tvm.target.Target) -> list:
     """The passes ``pipeline`` runs before scheduling: tvm_pool's legalization, TVM's library
-    dispatch and legalization up to fusion (FuseOps / FuseTIR). Tuning extracts its tasks from
+    dispatch and legalization up to fusion (FuseOps / FuseTIR), then the target family's
+    rewrites of pooling functions (``schedules.prepare_pass``). Tuning extracts its tasks from
     the module these produce, so tuned workloads are the PrimFuncs ``compile`` schedules."""
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
@@ -143,6 +144,11 @@ def fusion_passes(target: tvm.target.Target) -> list:
     passes = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map())]
     passes += backend.library_dispatch_passes(target)
     passes += legalize[:first_default]
+    # the family's rewrites of a pooling function before scheduling (aarch64: FMAX, whole-plane
+    # sums): tuned workloads, their log lookup and the hand-written rule all see them
+    from .schedules import prepare_pass  # pylint: disable=import-outside-toplevel
+
+    passes.append(prepare_pass(target))
     return passes
 
 

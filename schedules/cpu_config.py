@@ -1,0 +1,171 @@
+"""What the CPU schedule knows about a target, as data: :class:`CpuConfig`, one frozen value per
+target, made by the family's rule (``x86.Pool.config``, ``arm.Pool.config``) and passed to every
+schedule step. A tuning knob is ``dataclasses.replace(config, ...)``; nothing module-global is
+ever changed. Also the few steps every CPU schedule shares (lanes of a vector tile, tiles of one
+register, the read stride along the output row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+from tvm.sym.pattern import detect_linear_equation
+
+from . import analysis
+
+# Levels of a schedule, best first; a level that fails falls back to the next.
+FULL, NO_VECTOR, PARALLEL_ONLY = 2, 1, 0
+
+# A threshold no input reaches (a knob that always takes one side of a test).
+HUGE = 1 << 62
+
+
+@dataclass(frozen=True)
+class CpuConfig:  # pylint: disable=too-many-instance-attributes
+    """Every target fact and threshold the CPU schedule reads. The defaults are the thresholds
+    measured on x86 (``bench/``) and aarch64 (``bench/arm_instructions.py``); the family facts
+    default to x86's and aarch64 sets its own (``schedules/arm.py``)."""
+
+    family: str
+    # Width of a vector register for a dtype's arithmetic; dtypes in ``widened_dtypes`` are
+    # computed at twice their size (float16 without +fullfp16 on NEON), so half as many lanes.
+    vector_bits: int = 128
+    widened_dtypes: frozenset = frozenset()
+    # Threads the module runs with (the target's num-cores; 1 when it has none).
+    num_threads: int = 1
+    # The schedule level tried first (a lower one when it fails).
+    level: int = FULL
+
+    # --- family facts ---
+    # Are TVM-vectorised strided loads (Ramp with stride > 1) worth it? x86 has gathers (AVX2,
+    # AVX-512) that beat LLVM's shuffles while the data is in L1; NEON has none (each lane
+    # becomes a scalar load + insert), while LLVM's loop vectoriser uses LD2/LD3/LD4.
+    strided_vectors: bool = True
+    # Can a vector load skip lanes cheaply (AVX masked loads)? Without (NEON), the padding's
+    # bounds checks inlined into a vector row become one scalar load per lane, so every padded
+    # plane is copied once instead, whatever its size.
+    masked_loads: bool = True
+    # Longest pass row TVM vectorises as one vector, in registers (None: max_vector_row lanes).
+    # A whole 113-lane row is 29 NEON registers of 32, spilled to the stack around each isnan
+    # check; NEON rows are cut into chunks of a few registers, or left to LLVM's vectoriser
+    # (which adds a scalar tail) when no chunk divides the row.
+    vector_row_registers: int | None = None
+    # Are the output rows left to LLVM's vectoriser cut into tiles of one vector register's
+    # lanes, a window reduction's consumers (the average's division, ...) computed per tile?
+    # LLVM then vectorises each tile whole: no row ends in a scalar tail of its interleaved
+    # loop, and the sum stays in a register (NEON, DenseNet's 2x2 s2 average: 3.3 -> 2.7
+    # instructions per output). x86 keeps the row loops its benchmark was measured with.
+    register_tiles: bool = False
+    # Are the consumers computed per row after separable passes (the average's division by its
+    # window count, an Add, ...) TVM-vectorised like a pass row? On NEON LLVM leaves the padded
+    # average's per-output count arithmetic (int64) scalar: TVM-vectorised, 3x3 s1 p1 average
+    # over 64x56x56 went from 5.19 to 4.44 instructions per output. On x86 LLVM's own
+    # vectorisation of that row is better: TVM's took 1.6x the time (0.107 vs 0.066 ms).
+    vector_consumers: bool = False
+    # Are strided vector loads lowered as one contiguous load + shuffle (.strided_loads), which
+    # LLVM turns into de-interleaving loads (NEON LD2/LD3/LD4)? Then a strided pass row is
+    # TVM-vectorised like a contiguous one, and the padding of a pass chain is inlined into
+    # its first pass with its rows split at the padding's edges (no per-plane copy).
+    deinterleaving_loads: bool = False
+    # Are a long sum's vector partial sums added up as halving vector adds ([0, 2) + [2, 4), then
+    # the two lanes) instead of lane by lane? On NEON LLVM extracts and adds each lane in order
+    # (6 instructions for 4 lanes); halving took ResNet's 7x7 global average from 33.6 to 31.6
+    # instructions per output. The order of the last adds changes (within the tolerances of the
+    # partial sums themselves). x86 keeps the order its benchmark was measured with.
+    halving_lane_sums: bool = False
+
+    # --- thresholds ---
+    # Smaller inputs run on one thread: waking and joining the workers (about 1 us here) costs
+    # more than the second thread saves. Measured with TVM's workers unpinned
+    # (tvm_pool.thread_pool), 2 threads, znver4, one thread against two: 50 KB inputs 0.0017 vs
+    # 0.0023 ms (7x7 global average), 0.0028 vs 0.0030 (3x3 s2 max); 100 KB 0.0083 vs 0.0068
+    # (3x3 s1 max), 0.0144 vs 0.0087 (2x2 max); 200 KB global average a tie, 401 KB 0.0059 vs
+    # 0.0044. (With the workers pinned, before tvm_pool unpinned them, 401 KB was faster on one
+    # thread: 0.0071 vs 0.0104 ms.)
+    min_parallel_bytes: int = 96 * 1024
+    # Inputs up to this size are treated as cache-resident (the last-level cache is 16-32 MB on
+    # current x86 servers; a pooling benchmark or a network layer re-reads warm data).
+    in_cache_bytes: int = 16 * 1024 * 1024
+    # Padded planes up to this size are copied per plane (L1 is 32-48 KB on current x86 cores).
+    # Measured (1 thread): 28x28 3x3 s1 0.059 ms with the copy vs 0.24 ms with the checks
+    # inlined, 56x56 3x3 s1 avg 0.039 vs 0.058; 112x112 3x3 s2 (51 KB) 0.118 vs 0.079.
+    plane_copy_bytes: int = 32 * 1024
+    # Window taps unrolled in a vector-row reduction.
+    max_unrolled_taps: int = 64
+    # The row schedule leaves the output row to LLVM's vectoriser; with more taps unrolled than
+    # this it gathers them (1-D avg k64 s32, 1 thread: 2.9 ms unrolled, 1.3 ms as a loop).
+    max_unrolled_row_taps: int = 16
+    # Longest innermost pass row vectorised whole; longer rows are split into equal vector chunks.
+    max_vector_row: int = 1024
+    # Longest row of passes along one axis that TVM vectorises (longer ones are LLVM's).
+    max_short_row: int = 64
+    # Partial sums per output: one register's lanes, at most 8. Fewer partial sums leave less to
+    # add up per output (AVX-512, 1-D avg k64 s32 over 128x16000, 1 thread: 0.27 ms with 8
+    # lanes, 0.38 ms with 16). The sums round differently from the compute's in-order loop: a
+    # few ulp of the sum, within the tolerances the average tests hold against onnxruntime.
+    max_partial_sum_lanes: int = 8
+    # The rest of a row after its whole registers is vectorised too from this many lanes on (a
+    # half NEON register: 3x3 s3 max over 96x54x54, rows of 16 + 2 outputs: 5.10 -> 4.43
+    # instructions per output; scalar, the 2 took as many instructions as the 16).
+    min_rest_lanes: int = 2
+    # Pieces of a padded row's middle (each its own loop after loop_partition). A 3x3 s2 row of
+    # 112 is 7; longer rows keep the per-plane copy.
+    max_padded_row_pieces: int = 16
+
+    def vector_bits_for(self, dtype: str) -> int:
+        """The register width for ``dtype``'s arithmetic (half of it for a widened dtype)."""
+        return self.vector_bits // 2 if dtype in self.widened_dtypes else self.vector_bits
+
+
+def target_threads(target) -> int:
+    """The threads a module for ``target`` runs with: its num-cores, else 1."""
+    cores = target.attrs.get("num-cores", None)
+    return int(cores) if cores else 1
+
+
+def dtype_bits(dtype: str) -> int:
+    return tvm.runtime.DataType(dtype).bits
+
+
+def choose_lanes(extent, dtype_bits: int, vbits: int) -> int:
+    """Lanes of the vector tile along an output axis of ``extent``: the widest divisor of the
+    extent up to one vector register (so no tail predicate), at least 4; 1 means scalar."""
+    if extent is None or extent < 4:
+        return 1
+    widest = max(vbits // max(dtype_bits, 8), 4)
+    for lanes in range(min(widest, extent), 3, -1):
+        if extent % lanes == 0:
+            return lanes
+    return 1
+
+
+def vector_row_lanes(config: CpuConfig, dtype: str):
+    """(most lanes of one TVM-vectorised pass row chunk, lanes of one register) for a family
+    with ``vector_row_registers``."""
+    lanes = min(max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1), config.max_partial_sum_lanes)
+    return lanes * (config.vector_row_registers or 1), lanes
+
+
+def register_tile(sch, loop, config: CpuConfig, dtype: str):
+    """The inner loop of ``loop`` cut into tiles of one register's lanes, for families with
+    ``register_tiles`` and a row that the lanes divide but LLVM's loop (two registers an
+    iteration) would end in a scalar tail; else None. Rows LLVM covers exactly stay as they
+    are: tiled, 2x2 s2 max over 224x224 went from 2.3 to 3.3 instructions per output (NEON)."""
+    if not config.register_tiles:
+        return None
+    extent = analysis.loop_extent(sch, loop)
+    lanes = choose_lanes(extent, dtype_bits(dtype), config.vector_bits_for(dtype))
+    if lanes < 2 or extent % (2 * lanes) == 0:
+        return None
+    return sch.split(loop, [None, lanes])[1]
+
+
+def inner_read_stride(sch, block):
+    """How far the first read moves per step of the innermost output axis (None: unknown)."""
+    info = sch.get(block)
+    n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
+    var = info.iter_vars[n_spatial - 1].var
+    index = info.reads[0].region[-1].min
+    coeffs = detect_linear_equation(index, [var])
+    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
