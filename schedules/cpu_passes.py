@@ -10,7 +10,7 @@ from tvm import s_tir, tirx
 from tvm.sym.pattern import detect_linear_equation
 
 from . import analysis, strided_loads
-from .cpu_config import FULL, CpuConfig, choose_lanes, dtype_bits, inner_read_stride, register_tile, vector_row_lanes
+from .cpu_config import FULL, CpuConfig, dtype_bits, inner_read_stride, register_tile, vector_row_lanes
 
 
 def schedule_pass_chain(sch: s_tir.Schedule, chain, config: CpuConfig, level: int = FULL) -> None:

@@ -223,11 +223,11 @@ def _schedule_vector_rows(sch, block, config: CpuConfig, lead, out, reduce_loops
     for p in pads:
         sch.compute_at(p, par)
     inner = out[-1]
-    dtype_bits = dtype_bits(analysis.region_dtype(sch.get(block).writes[0]))
+    bits = dtype_bits(analysis.region_dtype(sch.get(block).writes[0]))
     dtype = analysis.region_dtype(sch.get(block).writes[0])
-    lanes = choose_lanes(analysis.loop_extent(sch, inner), dtype_bits, config.vector_bits_for(dtype))
+    lanes = choose_lanes(analysis.loop_extent(sch, inner), bits, config.vector_bits_for(dtype))
     taps = analysis.product(reduce_extents)
-    if lanes > 1 and inner_read_stride(sch, block) != 1 and (dtype_bits < 16 or not config.strided_vectors):
+    if lanes > 1 and inner_read_stride(sch, block) != 1 and (bits < 16 or not config.strided_vectors):
         # Strided 8-bit taps: TVM's vectorize gathers its 32-64 lanes one by one; LLVM's loop
         # vectoriser does better with wide loads + shuffles, so the row stays a plain loop.
         # (For 16/32-bit lanes the gathered vector still wins: measured in bench/.)

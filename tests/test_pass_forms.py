@@ -5,7 +5,7 @@
   (compute.pool._doubling_passes);
 - global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes);
 - long strided windows over contiguous taps, reduced into lanes of partial results first
-  (schedules.cpu._vector_partial_sums)."""
+  (schedules.cpu_reduction._vector_partial_sums)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_levels_computed_per_row_and_scheduled_equals_unscheduled():
 
     import tvm_pool
     from tvm_pool.targets import host_target
-    from tvm_pool.schedules import analysis, cpu
+    from tvm_pool.schedules import analysis, cpu, rule_for
 
     x = te.placeholder((1, 8, 3, 300), "float32", name="x")
     y = pool_compute.max_pool(x, [1, 40], [1, 1], [1, 1], [0, 20, 0, 19])
@@ -94,7 +94,7 @@ def test_levels_computed_per_row_and_scheduled_equals_unscheduled():
     (chain,) = analysis.pass_chains(sch)
     assert len(chain.passes) == 6 and set(chain.axes) == {1}  # levels of 2..32 taps, then the result
     target = host_target()
-    cpu.schedule_function(sch, target)
+    cpu.schedule_function(sch, rule_for(target).config(target))
     # every level sits inside the row loop of the result (computed per row, not per output)
     row_loop = sch.get_loops(chain.passes[-1])[-2]
     for level in chain.passes[:-1]:
@@ -185,13 +185,13 @@ def test_long_strided_windows_match_oracles(seed):
 def test_vector_partial_sums_schedule():
     from tvm import te
 
-    from tvm_pool.schedules import cpu
+    from tvm_pool.schedules import cpu, rule_for
     from tvm_pool.targets import host_target
 
     x = te.placeholder((1, 4, 1000), "float32", name="x")
     y = pool_compute.avg_pool(x, [64], [32], [1], [0, 0])
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
-    cpu.schedule_function(sch, host_target())
+    cpu.schedule_function(sch, rule_for(host_target()).config(host_target()))
     script = sch.mod["main"].script()
     # k64 s32 is summed in 32-tap blocks (compute.pool._block_sums), each block in partial sums
     assert "avg_pool_sum_blocks_rf" in script and "T.vectorized(8)" in script

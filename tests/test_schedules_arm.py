@@ -15,8 +15,8 @@ from tvm import relax, te
 
 import tvm_pool
 from tvm_pool import compute, relax_ops
-from tvm_pool.schedules import arm, cpu, rules_for, strided_loads, x86
-from tvm_pool.targets import resolve_target
+from tvm_pool.schedules import arm, cpu_passes, rules_for, strided_loads
+from tvm_pool.targets import has_fullfp16, is_aarch64, is_x86, resolve_target
 
 from oracles import pool_model
 
@@ -26,12 +26,14 @@ A76 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a76"}
 
 def test_target_facts():
     a72, a76 = tvm.target.Target(A72), tvm.target.Target(A76)
-    assert arm.is_arm(a72) and arm.is_arm(resolve_target("arm"))
-    assert not arm.is_arm(resolve_target("x86")) and not x86.is_x86(a72)
+    assert is_aarch64(a72) and is_aarch64(resolve_target("arm"))
+    assert not is_aarch64(resolve_target("x86")) and not is_x86(a72)
     assert [type(r) for r in rules_for(a72)] == [arm.Pool]
-    assert arm.vector_bits(a72, "float32") == 128 and arm.vector_bits(a72, "int8") == 128
-    assert not arm.has_fullfp16(a72) and arm.vector_bits(a72, "float16") == 64
-    assert arm.has_fullfp16(a76) and arm.vector_bits(a76, "float16") == 128
+    c72, c76 = arm.Pool().config(a72), arm.Pool().config(a76)
+    assert c72.vector_bits_for("float32") == 128 and c72.vector_bits_for("int8") == 128
+    assert not has_fullfp16(a72) and c72.vector_bits_for("float16") == 64
+    assert has_fullfp16(a76) and c76.vector_bits_for("float16") == 128
+    assert not c72.masked_loads and c72.deinterleaving_loads and c72.family == "arm"
 
 
 def _primfuncs(mod):
@@ -245,7 +247,7 @@ def test_strided_loads_trust_no_loop_variable_defined_twice():
     (7, 16, 4, False, None),  # short rows no chunk divides stay LLVM's
 ])
 def test_row_pieces(n, longest, lanes, long_chunks, want):
-    assert cpu._row_pieces(n, longest, lanes, long_chunks) == want  # pylint: disable=protected-access
+    assert cpu_passes._row_pieces(n, longest, lanes, long_chunks) == want  # pylint: disable=protected-access
 
 
 def test_native_fp16_with_fullfp16():
@@ -333,7 +335,7 @@ PASS_ROWS = {
     "video3d_1x3x3_s2": ([1, 2, 3, 27, 27], lambda x: compute.max_pool(x, [1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
     "fused_relu_max1d_add": ([1, 4, 77], lambda x: _bias_add(compute.max_pool(_relu(x), [20], strides=[1], pads=[3, 4]))),
     # the padded average's division (count_include_pad=0) after the passes: a stage per row,
-    # TVM-vectorised (CpuFamily.vector_consumers), on an odd row (chunks and a tail); with a
+    # TVM-vectorised (CpuConfig.vector_consumers), on an odd row (chunks and a tail); with a
     # Relu and an Add after it, the division and both consumers in the last pass's vector row
     "avg3x3_s1_p1_excl_relu_add": ([1, 3, 20, 20], lambda x: _bias_add(_relu(
         compute.avg_pool(x, [3, 3], pads=[1, 1, 1, 1], count_include_pad=False)))),
@@ -357,7 +359,7 @@ PASS_ROWS = {
     # strided last passes as de-interleaving loads, the row's rest vectorised (18 = 16 + 2)
     "max3x3_s3_row18": ([1, 2, 9, 54], lambda x: compute.max_pool(x, [3, 3], strides=[3, 3])),
     "max4x4_s4_row12": ([1, 2, 8, 48], lambda x: compute.max_pool(x, [4, 4], strides=[4, 4])),
-    # non-overlapping passes in one pass (cpu._taps_in_one_pass), rows of 28 as 16 + 8 + 4
+    # non-overlapping passes in one pass (cpu_passes._taps_in_one_pass), rows of 28 as 16 + 8 + 4
     "avg3d_k2_row28": ([1, 2, 4, 8, 56], lambda x: compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])),
     "avg3d_k2_relu_add": ([1, 3, 4, 6, 20], lambda x: _bias_add(_relu(compute.avg_pool(x, [2, 2, 2], strides=[2, 2, 2])))),
 }

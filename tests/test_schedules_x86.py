@@ -13,7 +13,7 @@ from tvm import relax, s_tir
 
 import tvm_pool
 from tvm_pool import relax_ops
-from tvm_pool.schedules import rules_for, x86
+from tvm_pool.schedules import cpu, rules_for, x86
 from tvm_pool.targets import host_target
 
 # Targets the rule is asked about (compile only) ...
@@ -118,8 +118,8 @@ def test_rules_for_targets():
 
 
 def test_vector_bits():
-    assert x86.vector_bits(tvm.target.Target(AVX512)) == 512
-    assert x86.vector_bits(tvm.target.Target(AVX2)) == 256
+    assert x86.Pool().config(tvm.target.Target(AVX512)).vector_bits == 512
+    assert x86.Pool().config(tvm.target.Target(AVX2)).vector_bits == 256
 
 
 def test_rule_skips_non_pool_funcs():
@@ -157,7 +157,7 @@ def test_meta_schedule_rule_returns_space(kernel, stride, pads):
         spaces = rule(sch, sch.get_sblock("max_pool"))
     assert len(spaces) >= 1
     # the hand-written choice comes first and runs in parallel at this size; the design space
-    # (schedules/meta_schedule.py, KNOBS) also holds a one-thread variant for tuning to measure
+    # (x86.KNOBS) also holds a one-thread variant for tuning to measure
     assert "T.parallel" in spaces[0].mod["main"].script()
 
 
@@ -211,7 +211,7 @@ def test_separable_schedule_choices():
     def scheduled(shape):
         x = te.placeholder(shape, "float32", name="x")
         sch = s_tir.Schedule(te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])]))
-        x86.schedule_function(sch, tvm.target.Target(AVX512))
+        cpu.schedule_function(sch, x86.Pool().config(tvm.target.Target(AVX512)))
         return sch.mod["main"]
 
     small = scheduled([1, 4, 9, 9]).script()
