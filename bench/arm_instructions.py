@@ -2,7 +2,7 @@
 
     python -m tvm_pool.bench.arm_instructions [--quick] [--only NAME ...]
 
-Each of the benchmark's workloads (``bench/runner.py``) is compiled for ``--target arm``
+Each of the benchmark's workloads (``bench/workloads.py``) is compiled for ``--target arm``
 (aarch64-linux-gnu, cortex-a72, NEON) twice: by tvm_pool, and by stock TVM 0.27
 (``tvm.relax.frontend.onnx.from_onnx`` + ``tvm.compile``). Both run on the emulated device
 (``tvm_pool.emulation``: qemu-aarch64, TVM's runtime only, ``TVM_NUM_THREADS=1``) in one
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
@@ -35,7 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .runner import RESULTS_DIR, build_model, make_input, out_bytes, workloads
+from tvm_pool.errors import TvmPoolError
+
+from .peers import TVM_ERRORS
+from .report import RESULTS_DIR
+from .summary import geomean
+from .workloads import build_model, make_input, out_bytes, workloads
 
 # Calls counted per workload: enough that the marks' own cost is noise, few enough that the
 # largest workload (batch 32) stays a few seconds of emulation.
@@ -48,11 +52,13 @@ def calls_for(in_bytes: int) -> int:
 
 
 def _compile(kind: str, model, target, path: Path) -> str | None:
-    """Export ``model`` compiled by ``kind`` (tvm_pool / tvm) to ``path``; an error string when it fails."""
+    """Export ``model`` compiled by ``kind`` (tvm_pool / tvm) to ``path``; an error string when it
+    fails, for the report: TVM's and tvm_pool's refusals, and the cross compiler's (a failed
+    link is TVM's RuntimeError, a missing or unrunnable compiler an OSError)."""
     import tvm  # pylint: disable=import-outside-toplevel
 
     import tvm_pool  # pylint: disable=import-outside-toplevel
-    from tvm_pool.cli.compile import export_compiler  # pylint: disable=import-outside-toplevel
+    from tvm_pool.targets import export_compiler  # pylint: disable=import-outside-toplevel
 
     try:
         with warnings.catch_warnings():
@@ -64,7 +70,7 @@ def _compile(kind: str, model, target, path: Path) -> str | None:
 
                 ex = tvm.compile(from_onnx(model), target=target)
         ex.export_library(str(path), fcompile=export_compiler(target))
-    except Exception as err:  # pylint: disable=broad-except
+    except TVM_ERRORS + (TvmPoolError, OSError) as err:
         return f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"
     return None
 
@@ -130,11 +136,6 @@ def measure(names=None, quick: bool = False, workdir: Path | None = None) -> lis
             row["ratio"] = row["tvm_pool"] / row["tvm"]
         row["vs_lower_bound"] = row["tvm_pool"] / row["lower_bound"] if row["tvm_pool"] else None
     return rows
-
-
-def geomean(values) -> float | None:
-    values = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _m(v):

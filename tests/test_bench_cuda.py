@@ -1,21 +1,28 @@
-"""``tvm-pool bench --device cuda`` on its CPU-only paths: it refuses cleanly without a GPU, and
-its pieces (arch names, the table, the torch mapping's refusals) work. On a GPU it runs."""
+"""``tvm-pool bench --device cuda`` on its CPU-only paths: it refuses cleanly without a GPU (or
+without TVM's CUDA runtime), times with the device synchronised inside each call, records a
+peer that cannot run, and its report names the GPU and driver and follows from the times. On a
+GPU it runs."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import types
 
+import numpy as np
 import pytest
 import tvm
 
 from tvm_pool.bench import cuda as bench_cuda
 from tvm_pool.bench import runner
+from tvm_pool.bench.peers import TVM_ERRORS
 
 
 def _has_gpu() -> bool:
     try:
         return bool(tvm.cuda(0).exist)
-    except Exception:  # pylint: disable=broad-except
+    except TVM_ERRORS:
         return False
 
 
@@ -33,6 +40,20 @@ def test_cli_refuses_without_a_gpu(capsys):
     from tvm_pool import cli  # pylint: disable=import-outside-toplevel
 
     assert cli.main(["bench", "--device", "cuda", "--quick"]) == 2
+    assert "tvm-pool bench --device cuda: no CUDA device found" in capsys.readouterr().err
+
+
+def test_a_missing_cuda_runtime_is_a_clear_reason(monkeypatch, tmp_path, capsys):
+    """TVM built without CUDA fails on tvm.cuda(0) itself: the refusal says so, in one line."""
+    def no_runtime(index):
+        raise RuntimeError("Traceback (most recent call last):\n  ...\nDevice API cuda is not enabled.")
+
+    monkeypatch.setattr(tvm, "cuda", no_runtime)
+    with pytest.raises(bench_cuda.NoDevice, match=r"^TVM's CUDA runtime is unavailable \(Device API cuda is not enabled\.\)$"):
+        bench_cuda.device_or_reason()
+    assert runner.main(["--device", "cuda", "--output-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("tvm-pool bench --device cuda: TVM's CUDA runtime is unavailable "
+                                       "(Device API cuda is not enabled.); nothing timed\n")
 
 
 def test_arch_names():
@@ -40,6 +61,16 @@ def test_arch_names():
     assert bench_cuda.arch_of("9.0") == "sm_90"
     assert bench_cuda.arch_of("7.5") == "sm_75"
     assert str(bench_cuda.gpu_target("sm_80").kind.name) == "cuda"
+
+
+def test_gpu_info_names_gpu_and_driver(monkeypatch):
+    assert bench_cuda.cuda_version(12080) == "12.8" and bench_cuda.cuda_version(11040) == "11.4"
+    # libcuda answers on a machine with the driver; without it the reason is given
+    assert re.fullmatch(r"\d+\.\d+|unknown \(.+\)", bench_cuda.driver_version())
+    monkeypatch.setattr(bench_cuda, "driver_version", lambda: "12.8")
+    dev = types.SimpleNamespace(device_name="NVIDIA H100 80GB HBM3", api_version=12040)
+    assert bench_cuda.gpu_info(dev, "sm_90") == {"name": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "driver": "12.8",
+                                                 "tvm_cuda": "12.4"}
 
 
 def _result():
@@ -51,12 +82,14 @@ def _result():
         {"workload": "maxpool_int8", "dtype": "int8", "min_bytes": 1_000_000, "copy_ms": 0.004,
          "ms": {"tvm_pool": 0.005, "tvm": 0.01}, "na": {"torch": "int8 pooling not supported"}},
     ]
-    return bench_cuda.with_geomeans({"device": "CUDA sm_80", "rows": [bench_cuda.summarize(r) for r in rows]})
+    gpu = {"name": "NVIDIA A100-SXM4-40GB", "arch": "sm_80", "driver": "12.8", "tvm_cuda": "12.4"}
+    return bench_cuda.with_geomeans({"device": "CUDA sm_80", "gpu": gpu, "rows": [bench_cuda.summarize(r) for r in rows]})
 
 
 def test_markdown_table():
     """Each row: % of the device-to-device copy limit, speedups over torch and the best peer;
-    the summary: their geometric means (torch over the rows that have a torch time)."""
+    the summary: their geometric means (torch over the rows that have a torch time); the
+    heading: the GPU, its arch and the driver."""
     result = _result()
     first, second, third = result["rows"]
     assert first["pct_copy"] == pytest.approx(80.0) and first["speedup_vs_torch"] == pytest.approx(2.0)
@@ -65,21 +98,35 @@ def test_markdown_table():
     assert result["geomean_speedup_vs_torch"] == pytest.approx(1.0) and result["n_speedup_vs_torch"] == 2
     assert result["geomean_speedup"] == pytest.approx(2 ** (1 / 3)) and result["n_speedup"] == 3
     md = bench_cuda.to_markdown(result)
+    assert md.startswith("GPU benchmark on CUDA sm_80 (NVIDIA A100-SXM4-40GB, CUDA driver 12.8, TVM built with CUDA 12.4):")
     assert "| resnet_maxpool | float32 | 0.0100 | 0.0300 | 0.0200 | 4.00 | 400.0 | 80% | 2.00x | 2.00x |" in md
     assert "| maxpool_int8 | int8 | 0.0050 | 0.0100 | n/a (int8 pooling not supported) | 1.00 | 200.0 | 80% | - | 2.00x |" in md
     assert "geomean speedup of tvm_pool vs PyTorch: **1.00x** (2 workloads); vs the best peer: **1.26x** (3 workloads)" in md
 
 
 def test_copy_runner_copies():
-    """The copy limit's runner (TVM's device-to-device copy), run on the CPU device."""
+    """The copy limit's runner (TVM's device-to-device copy), run on the CPU device: it copies
+    n bytes to n bytes, as many as the workload reads and writes together."""
     call = bench_cuda.copy_runner(tvm.cpu(), 1000, 200)
-    assert bench_cuda.time_ms(call, lambda: None, repeat=2, warmup=1) >= 0
+    dst = call()
+    assert dst.shape == (600,) and np.array_equal(dst.numpy(), np.ones(600, "uint8"))
 
 
-def test_time_ms_median():
+def test_time_ms_median_with_sync_inside():
+    now = [0.0]
     calls = []
-    ms = bench_cuda.time_ms(lambda: calls.append(1), lambda: None, repeat=5, warmup=2)
-    assert len(calls) == 7 and ms >= 0
+    # warmup calls take 1 s each: counting any of them would show
+    durations = iter([1.0, 1.0, 0.001, 0.004, 0.002, 0.003, 0.009])
+
+    def call():
+        calls.append(1)
+        now[0] += next(durations)
+
+    def sync():
+        now[0] += 0.0005  # the device finishing the call: part of its time
+
+    ms = bench_cuda.time_ms(call, sync, repeat=5, warmup=2, clock=lambda: now[0])
+    assert len(calls) == 7 and ms == pytest.approx(3.5)
 
 
 def test_torch_peer_refuses_without_cuda():
@@ -88,7 +135,30 @@ def test_torch_peer_refuses_without_cuda():
         pytest.skip("torch has a CUDA device")
     w = runner.workloads(quick=True)[0]
     with pytest.raises(runner.NotAvailable, match="no CUDA device"):
-        bench_cuda.peer_torch(w, runner.make_input(w))
+        bench_cuda.peer_torch(w, None, runner.make_input(w), None, "sm_80")
+
+
+def test_a_peer_that_cannot_run_is_recorded(monkeypatch):
+    """On the CPU device with fake peers: stock TVM's importer refusing (an assert) and torch
+    without a kernel are "n/a (reason)"; tvm_pool is timed; the row's bytes follow from the shape."""
+    def fine(w, model, x, dev, arch):
+        return (lambda: None), dev.sync
+
+    def importer_asserts(w, model, x, dev, arch):
+        raise AssertionError("Missing outputs during conversion. Expected 2 but Got 1 in MaxPool.")
+
+    def no_kernel(w, model, x, dev, arch):
+        raise runner.NotAvailable("int8 pooling not supported by torch CUDA kernels")
+
+    for peer, fake in (("tvm_pool", fine), ("tvm", importer_asserts), ("torch", no_kernel)):
+        monkeypatch.setitem(bench_cuda.STARTERS, peer, fake)
+    (w,) = [w for w in runner.workloads(quick=True) if w.name == "resnet_gap"]
+    row = bench_cuda.time_workload(w, tvm.cpu(), "sm_80", repeat=3)
+    assert set(row["ms"]) == {"tvm_pool"} and row["copy_ms"] > 0
+    assert row["na"] == {"tvm": "Missing outputs during conversion. Expected 2 but Got 1 in MaxPool.",
+                         "torch": "int8 pooling not supported by torch CUDA kernels"}
+    assert row["min_bytes"] == 2048 * 7 * 7 * 4 + 2048 * 4
+    assert "speedup" not in row and row["pct_copy"] == pytest.approx(100 * row["copy_ms"] / row["ms"]["tvm_pool"])
 
 
 @pytest.mark.gpu
@@ -96,4 +166,9 @@ def test_torch_peer_refuses_without_cuda():
 def test_gpu_bench_one_workload(tmp_path):
     args = argparse.Namespace(quick=True, repeat=3, only="resnet_gap", output_dir=str(tmp_path))
     assert bench_cuda.main(args) == 0
-    assert (tmp_path / "bench_cuda.md").exists()
+    result = json.loads((tmp_path / "bench_cuda.json").read_text())
+    (row,) = result["rows"]
+    assert set(row["ms"]) == set(bench_cuda.PEERS), row["na"]
+    assert result["gpu"]["name"] == str(tvm.cuda(0).device_name) and result["device"] == f"CUDA {result['gpu']['arch']}"
+    md = (tmp_path / "bench_cuda.md").read_text()
+    assert result["gpu"]["name"] in md and f"CUDA driver {result['gpu']['driver']}" in md and "| resnet_gap |" in md

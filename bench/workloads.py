@@ -1,0 +1,148 @@
+"""The benchmark's workloads: pooling layers from real networks, each built as one ONNX model
+(onnx.helper) that every peer runs, and the seeded input it runs on.
+
+The CPU, CUDA and ARM benchmarks and the shipped-tuning check (``tune_shipped``) all time these
+same workloads, so their figures compare layer for layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Workload:
+    """One pooling layer: the ONNX operator, its input shape and attributes, and what the
+    benchmark should know about it (out of cache, fused with its neighbours)."""
+
+    name: str
+    source: str
+    op: str  # MaxPool / AveragePool / GlobalAveragePool / GlobalMaxPool / LpPool
+    shape: list
+    attrs: dict = field(default_factory=dict)
+    dtype: str = "float32"
+    indices: bool = False
+    large: bool = False  # out of cache: the copy limit matters
+    fused: bool = False  # Relu before the pool and Add (a per-channel bias) after
+
+
+QUICK = ("resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8")
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """Every workload, or with ``quick`` the few of QUICK: one each of max, average, global and
+    int8 pooling, enough to see that every peer still runs without the full run's minutes."""
+    w = [
+        Workload("resnet_maxpool", "ResNet-50 stem", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        Workload("resnet_gap", "ResNet-50 head", "GlobalAveragePool", [1, 2048, 7, 7]),
+        Workload("vgg_maxpool", "VGG-16 block1", "MaxPool", [1, 64, 224, 224],
+                 dict(kernel_shape=[2, 2], strides=[2, 2]), large=True),
+        Workload("inception_maxpool", "GoogLeNet 3x3 s1", "MaxPool", [1, 192, 28, 28],
+                 dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+        Workload("inception_ceil", "GoogLeNet 3x3 s2 ceil", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+        Workload("densenet_avgpool", "DenseNet transition", "AveragePool", [1, 128, 56, 56],
+                 dict(kernel_shape=[2, 2], strides=[2, 2])),
+        Workload("avgpool_pad", "3x3 s1 p1 avg (count_include_pad=0)", "AveragePool", [1, 64, 56, 56],
+                 dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+        Workload("video3d_maxpool", "C3D/I3D 3-D", "MaxPool", [1, 64, 16, 56, 56],
+                 dict(kernel_shape=[1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+        Workload("audio1d_maxpool", "1-D audio CNN", "MaxPool", [1, 128, 16000],
+                 dict(kernel_shape=[4], strides=[4])),
+        Workload("resnet_maxpool_b32", "ResNet stem, batch 32", "MaxPool", [32, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), large=True),
+        Workload("maxpool_indices", "MaxPool with Indices", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), indices=True),
+        Workload("maxpool_int8", "quantized stem (int8)", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="int8"),
+        Workload("maxpool_fp16", "fp16 stem", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="float16"),
+        Workload("fused_relu_pool_add", "Relu -> 3x3 s2 MaxPool -> Add", "MaxPool", [1, 64, 112, 112],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), fused=True),
+        # non-overlapping windows (kernel = stride): each input read once, no pass to share
+        Workload("avgpool3d_k2", "3-D avg 2x2x2 s2 (video, NCDHW)", "AveragePool", [1, 64, 16, 56, 56],
+                 dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+        Workload("maxpool3d_k2", "3-D max 2x2x2 s2 (video, NCDHW)", "MaxPool", [1, 64, 16, 56, 56],
+                 dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+        Workload("maxpool_k3s3", "2-D max 3x3 s3", "MaxPool", [1, 96, 54, 54],
+                 dict(kernel_shape=[3, 3], strides=[3, 3])),
+        # global pools at large batch (out of cache)
+        Workload("gap_b32", "ResNet-50 head, batch 32", "GlobalAveragePool", [32, 2048, 7, 7], large=True),
+        Workload("gmp_b32", "global max, batch 32", "GlobalMaxPool", [32, 2048, 7, 7], large=True),
+        # long windows: more than 16 taps along an axis
+        Workload("inception_v3_head", "Inception-v3 head 8x8 avg", "AveragePool", [1, 2048, 8, 8],
+                 dict(kernel_shape=[8, 8], strides=[1, 1])),
+        Workload("longwin_max1d", "1-D max k32 s1 p16 (time series)", "MaxPool", [1, 64, 4096],
+                 dict(kernel_shape=[32], strides=[1], pads=[16, 16])),
+        Workload("longwin_avg1d", "1-D avg k64 s32 (audio frames)", "AveragePool", [1, 128, 16000],
+                 dict(kernel_shape=[64], strides=[32])),
+    ]
+    if quick:
+        w = [x for x in w if x.name in QUICK]
+    return w
+
+
+def _onnx_dtype(dtype):
+    from onnx import TensorProto  # pylint: disable=import-outside-toplevel
+
+    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int8": TensorProto.INT8,
+            "uint8": TensorProto.UINT8, "float64": TensorProto.DOUBLE}[dtype]
+
+
+def build_model(w: Workload):
+    """The ONNX model of ``w`` (input "x", outputs "y" and, with indices, "i"), shapes inferred so
+    that ``out_bytes`` can read the output sizes, at the IR version every peer accepts."""
+    import onnx  # pylint: disable=import-outside-toplevel
+    from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
+
+    outs = ["y", "i"] if w.indices else ["y"]
+    nodes, inits = [helper.make_node(w.op, ["x"], outs, **w.attrs)], []
+    if w.fused:
+        nodes = [
+            helper.make_node("Relu", ["x"], ["x_relu"]),
+            helper.make_node(w.op, ["x_relu"], ["pooled"], **w.attrs),
+            helper.make_node("Add", ["pooled", "bias"], ["y"]),
+        ]
+        inits = [helper.make_tensor("bias", _onnx_dtype(w.dtype), [w.shape[1]] + [1] * (len(w.shape) - 2),
+                                    fused_bias(w).ravel().tolist())]
+    x = helper.make_tensor_value_info("x", _onnx_dtype(w.dtype), w.shape)
+    ys = [helper.make_tensor_value_info("y", _onnx_dtype(w.dtype), None)]
+    if w.indices:
+        ys.append(helper.make_tensor_value_info("i", TensorProto.INT64, None))
+    graph = helper.make_graph(nodes, w.name, [x], ys, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model = onnx.shape_inference.infer_shapes(model)
+    model.ir_version = 10  # onnxruntime 1.31 refuses IR 14
+    return model
+
+
+def fused_bias(w: Workload) -> np.ndarray:
+    """The per-channel bias a fused workload adds after the pool (shape C x 1 x ... x 1)."""
+    return np.linspace(-1.0, 1.0, w.shape[1]).astype(w.dtype).reshape([w.shape[1]] + [1] * (len(w.shape) - 2))
+
+
+def make_input(w: Workload) -> np.ndarray:
+    """The input of ``w``, seeded so that every peer and every run times the same data (integer
+    types over their whole range, so max pooling does not see ties everywhere)."""
+    rng = np.random.default_rng(0)
+    if w.dtype in ("int8", "uint8"):
+        info = np.iinfo(w.dtype)
+        return rng.integers(info.min, info.max, size=w.shape, dtype=w.dtype)
+    return rng.standard_normal(w.shape).astype(w.dtype)
+
+
+def out_bytes(model) -> int:
+    """Bytes of all of ``model``'s outputs (the indices of MaxPool included): with the input's,
+    what one call must move at least, the size of the copy limit."""
+    from onnx import helper  # pylint: disable=import-outside-toplevel
+
+    total = 0
+    for o in model.graph.output:
+        t = o.type.tensor_type
+        n = int(np.prod([d.dim_value for d in t.shape.dim]))
+        total += n * np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)).itemsize
+    return total
+
