@@ -93,6 +93,10 @@ def main(argv) -> int:
     spec = json.loads(open(argv[1]).read())
     results = []
     for i, job in enumerate(spec["jobs"]):
+        # Broad on purpose: whatever a job raises (TVM's runtime errors arrive as RuntimeError,
+        # ValueError, TypeError, ...; a bad npz as zipfile.BadZipFile) is that job's result,
+        # which the parent reports with its traceback, and the other jobs still run in this
+        # process (a qemu start costs ~10 s).
         try:
             results.append(run_job(i, job))
         except Exception as err:  # pylint: disable=broad-except

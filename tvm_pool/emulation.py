@@ -424,7 +424,7 @@ def rpc_stop(port: int = 9190, *, cache: Path | None = None) -> bool:
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        pass  # it exited after the last check: stopped all the same
     return True
 
 

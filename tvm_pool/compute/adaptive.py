@@ -27,7 +27,7 @@ from tvm import te, tirx
 
 from .. import spec
 from .common import accumulate_dtype, all_of, argmax_reducer, block_attrs, is_float, max_identity, nan_max_reducer
-from .pool import _row_major
+from .windows import row_major
 
 
 class _AdaptiveAxis:
@@ -114,7 +114,7 @@ def adaptive_max_pool(
     def value_and_index(*out_idx):
         rvars, idx, spatial, inside = _bin_access(data, axes, out_idx)
         x = data[tuple(idx)]
-        flat = _row_major(spatial, sizes)
+        flat = row_major(spatial, sizes)
         if inside is not True:
             x = tirx.if_then_else(inside, x, max_identity(dtype))
             # Bins are never empty, so a masked tap never ends up as the result; its index only

@@ -11,7 +11,7 @@ KIND_ATTR = "tvm_pool.kind"
 SCHEDULE_RULE_ATTR = "schedule_rule"
 SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
 #  - "tvm_pool.pass_axis": on the passes of a separable window reduction, the spatial axis
-#    the pass reduces (see compute.pool.separable)
+#    the pass reduces (see compute.forms and compute.window_reduce)
 PASS_AXIS_ATTR = "tvm_pool.pass_axis"
 
 # Index value of a window that saw no data (a window entirely inside padding).

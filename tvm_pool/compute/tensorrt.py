@@ -1,7 +1,8 @@
 """TensorRT IPoolingLayer compute: MAX, AVERAGE and MAX_AVERAGE_BLEND over 2-D or 3-D windows.
 
-Geometry (padding modes, output sizes) is :func:`tvm_pool.spec.trt_windows`; window access and
-the in-bounds predicate are :mod:`tvm_pool.compute.pool`'s, so padding is never materialised.
+Geometry (padding modes, output sizes) is :func:`tvm_pool.spec.trt_windows`; the window max and
+sum are :mod:`tvm_pool.compute.window_reduce`'s, the divisor counts
+:func:`tvm_pool.compute.windows.window_count`'s.
 
 Semantics (docs/tensorrt_and_openvino.md):
 
@@ -30,7 +31,9 @@ from tvm import te, tirx
 
 from .. import spec
 from .common import accumulate_dtype, block_attrs, is_float
-from .pool import _out_shape, average, window_count, window_max, window_sum
+from .pool import average
+from .window_reduce import window_max, window_sum
+from .windows import out_shape, window_count
 
 POOLING_TYPES = ("MAX", "AVERAGE", "MAX_AVERAGE_BLEND")
 DTYPES = ("float32", "float16", "int8")
@@ -96,7 +99,7 @@ def tensorrt_pool(
         if spec.is_static(w.out_size) and spec.as_dim(w.out_size) < 1:
             raise ValueError(f"spatial axis {axis}: output size {w.out_size} < 1 (input {w.in_size}, {padding_mode})")
     dtype = str(data.dtype)
-    out_shape = _out_shape(data, windows)
+    shape = out_shape(data, windows)
     lead = len(data.shape) - rank
 
     maxed = window_max(data, windows, "trt_max", "trt_pool_max") if pooling_type != "AVERAGE" else None
@@ -130,7 +133,7 @@ def tensorrt_pool(
             avg = tirx.const(1.0 - blend, acc) * maxed[out_idx].astype(acc) + tirx.const(blend, acc) * avg
         return avg.astype(dtype)
 
-    return te.compute(out_shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
+    return te.compute(shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
 
 
 def _round_div(total, count, acc):

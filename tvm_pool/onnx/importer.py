@@ -134,8 +134,10 @@ def from_onnx(
         raise ValueError(f"Model IR version {model.ir_version} not supported. Must be at least after 1.1.0.")
     try:
         onnx.checker.check_model(model)
-    except Exception as exception:  # pylint: disable=broad-except
-        # Like TVM's importer: the checker is strict about things that convert fine.
+    except (onnx.checker.ValidationError, ValueError) as exception:
+        # Like TVM's importer: the checker is strict about things that convert fine, so its
+        # verdict is a warning. ValueError: a model over protobuf's 2 GiB, or a text field
+        # that is not UTF-8 (UnicodeDecodeError).
         warnings.warn(str(exception))
 
     opsets = _opsets(model)

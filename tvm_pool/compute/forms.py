@@ -1,0 +1,179 @@
+"""Which compute form a windowed max or sum takes: every form and its condition once, in
+:data:`FORMS` (read top to bottom, the first row whose condition holds wins), with the
+thresholds that decide them. :mod:`tvm_pool.compute.window_reduce` builds each form.
+
+Every form computes the same value (a sum may add in another order: docs/conformance.md);
+they differ in what a schedule can make of them:
+
+- ``flat_plane``: a global window over a small plane, as one contiguous row (:func:`flat_plane`);
+- ``doubling``: a long stride-1 max window, by doubling passes (:func:`doubling`);
+- ``axis_passes``: one pass per windowed axis (:func:`separable`);
+- ``block_sums``: a long strided window of whole strides, from stride-long block sums
+  (:func:`block_windows`);
+- ``all_taps``: a max as one expression of every tap (:func:`few_taps`);
+- ``direct``: one reduction per output over its window's taps (any geometry, symbolic too).
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from tvm import tirx
+
+from .. import spec
+
+FLAT_PLANE = "flat_plane"
+DOUBLING = "doubling"
+AXIS_PASSES = "axis_passes"
+BLOCK_SUMS = "block_sums"
+ALL_TAPS = "all_taps"
+DIRECT = "direct"
+
+# Separable windows: a box window's max (or sum) is the max over one axis of the max over the
+# next, so the reduction can run as one pass per windowed axis, outermost first. For 3x3 stride 2
+# that is a vertical pass over whole padded rows (contiguous loads, every column once) and a
+# horizontal pass over one short row, instead of 9 strided taps per output; overlapping
+# windows share the vertical pass. Passes are short expressions (no reduction loop), which
+# schedules vectorise directly.
+MAX_PASS_TAPS = 16
+# A single windowed axis with stride 1 takes longer passes: the taps of neighbouring outputs are
+# contiguous (1-D max k32 s1 over 64x4096, 1 thread: 0.26 ms, against 0.95 ms for the
+# reduction loop). Strided long windows keep the reduction loop: as a pass, their taps become
+# gathers (1-D avg k64 s32 over 128x16000: 2.5 ms as a pass, 1.3 ms as a loop).
+MAX_SINGLE_PASS_TAPS = 64
+# Non-overlapping windows up to this many taps are one expression of every tap (few_taps).
+MAX_ALL_TAPS = 32
+# Long strided windows made of whole strides (kernel = m x stride): each input lies in m windows.
+# Summed once per stride-long block, then m neighbouring blocks per output, every input is
+# read and added once instead of m times. 1-D avg k64 s32 over 128x16000: 32.7 -> 20.5
+# instructions per output on NEON (emulated, bench/arm_instructions.py); on x86 (znver4,
+# `tvm-pool bench --only longwin_avg1d`) 0.098 ms at 2 threads and 0.182 ms at 1, where the full
+# benchmark before it had 0.120 and 0.237 ms.
+# Blocks are long enough for the schedules' vector partial sums (more taps than a row unrolls).
+MIN_BLOCK_TAPS = 17
+# A global window over a small static plane (7x7, 13x13) reduces the plane as one contiguous
+# row: FLAT_LANES lanes of partial results, halved until two are left (flat_plane).
+FLAT_LANES = 16
+
+
+def _static_geometry(windows) -> bool:
+    """Every window's kernel, input and output size and begin padding known at compile time."""
+    return all(
+        not isinstance(w.kernel, tirx.Expr) and spec.is_static(w.in_size, w.out_size, w.pad_begin) for w in windows
+    )
+
+
+def _innermost_window_only(windows) -> bool:
+    """Static geometry, and a window longer than 1 on the innermost spatial axis only."""
+    if not _static_geometry(windows):
+        return False
+    return [i for i, w in enumerate(windows) if w.kernel > 1] == [len(windows) - 1]
+
+
+def flat_plane(windows) -> bool:
+    """A global window (every axis whole, no padding) over a static plane of at least two and
+    at most :data:`MAX_PASS_TAPS` rows of :data:`FLAT_LANES` elements, reduced as one
+    contiguous row: on a 7x7 plane 3 vector loads and a few shuffles, against 7 loads of
+    7-lane rows and a 7-tap horizontal pass for the separable form (ResNet-50's head at batch
+    32, 1 thread: 0.21 against 0.43 ms)."""
+    if not _static_geometry(windows):
+        return False
+    if not all(w.out_size == 1 and w.kernel == w.in_size and w.pad_begin == 0 for w in windows):
+        return False
+    plane = reduce(lambda a, w: a * w.kernel, windows, 1)
+    return 2 <= plane // FLAT_LANES <= MAX_PASS_TAPS
+
+
+def doubling(windows) -> bool:
+    """A max over one long stride-1 window (more than :data:`MAX_PASS_TAPS` taps) on the
+    innermost spatial axis, reduced by doubling: about 2 log2(K) operations per output
+    instead of K."""
+    if not _innermost_window_only(windows):
+        return False
+    w = windows[-1]
+    return w.kernel > MAX_PASS_TAPS and w.stride == 1
+
+
+def separable(windows) -> bool:
+    """Whether a window max or sum reduces axis by axis (one pass per windowed axis): static
+    geometry, at most :data:`MAX_PASS_TAPS` taps per axis, and either
+
+    - one windowed axis: a single pass, the taps as one expression, which LLVM vectorises
+      better than a reduction loop (1-D k4 s4 over 128x16000: 0.099 vs 0.13 ms, 1 thread);
+    - windows overlapping along the innermost windowed axis, so the passes share work; or
+    - three or more windowed axes, overlapping or not (see below).
+
+    Non-overlapping windows over two axes (2x2 stride 2) keep the direct reduction (max: one
+    expression of every tap, :func:`few_taps`), which reads each input once already."""
+    if not _static_geometry(windows):
+        return False
+    windowed = [w for w in windows if w.kernel > 1]
+    if len(windowed) == 1:
+        w = windowed[0]
+        return w.kernel <= MAX_PASS_TAPS or (w.kernel <= MAX_SINGLE_PASS_TAPS and w.stride == 1)
+    if len(windowed) < 2 or any(w.kernel > MAX_PASS_TAPS for w in windowed):
+        return False
+    if len(windowed) >= 3:
+        # Non-overlapping windows over three axes (2x2x2 s2 video pooling) gain from passes
+        # too: two of three passes run over contiguous rows, and the schedule computes every
+        # pass per output row (3-D 2x2x2 s2 over 64x16x56x56, 1 thread: 0.19 ms, against
+        # 0.29 ms for one expression of all 8 taps; aarch64: 1.83 against 2.20 M instructions).
+        # Over two axes the all-taps form stays: as passes, 3x3 s3 took 1.9x the aarch64
+        # instructions and was no faster on x86.
+        return True
+    inner = windowed[-1]
+    return spec.effective_kernel(inner.kernel, inner.dilation) > inner.stride
+
+
+def block_windows(windows) -> bool:
+    """One windowed axis, the innermost, static, undilated, with a kernel of m >= 2 whole strides
+    of at least :data:`MIN_BLOCK_TAPS`."""
+    if not _innermost_window_only(windows):
+        return False
+    w = windows[-1]
+    return (w.dilation == 1 and w.stride >= MIN_BLOCK_TAPS and w.kernel % w.stride == 0
+            and w.kernel // w.stride >= 2)
+
+
+def few_taps(windows) -> bool:
+    """Static windows of at most :data:`MAX_ALL_TAPS` taps in all, which a max reduces as one
+    elementwise expression of every tap: the reduction loop's select-based NaN max blocked
+    LLVM's vectoriser (3-D 2x2x2 s2 over 64x16x56x56, 1 thread: 1.4 ms against 0.31 ms for
+    stock TVM's plain max; 3-D windows now take the passes)."""
+    return _static_geometry(windows) and reduce(lambda a, w: a * w.kernel, windows, 1) <= MAX_ALL_TAPS
+
+
+def _max_passes(windows) -> bool:
+    """Whether a max runs as passes at all: over :func:`separable` or :func:`few_taps` windows
+    only. Its flat-plane and doubling forms narrow that choice, so a long window they would
+    take alone (a global 1-D window of 100 taps, a stride-1 window of more than
+    :data:`MAX_SINGLE_PASS_TAPS` taps) keeps the direct reduction for a max."""
+    return separable(windows) or few_taps(windows)
+
+
+def _always(_windows) -> bool:
+    return True
+
+
+# The form of a windowed reduction: the first row whose condition for that reduction holds.
+# None: the form does not serve that reduction.
+#
+#   form          max                                           sum
+FORMS = (
+    (FLAT_PLANE,  lambda w: _max_passes(w) and flat_plane(w),  flat_plane),
+    (DOUBLING,    lambda w: _max_passes(w) and doubling(w),    None),
+    (AXIS_PASSES, separable,                                   separable),
+    (BLOCK_SUMS,  None,                                        block_windows),
+    (ALL_TAPS,    few_taps,                                    None),
+    (DIRECT,      _always,                                     _always),
+)
+
+
+def choose_form(windows, reduction: str, by_axis: bool = True) -> str:
+    """The form (a name from :data:`FORMS`) of a windowed ``reduction`` ("max" or "sum").
+    ``by_axis=False`` keeps the direct reduction whatever the windows (see
+    :func:`tvm_pool.compute.window_reduce.window_sum`)."""
+    if not by_axis:
+        return DIRECT
+    column = {"max": 1, "sum": 2}[reduction]
+    return next(row[0] for row in FORMS if row[column] is not None and row[column](windows))

@@ -1,0 +1,264 @@
+"""Windowed max and sum, built in the form :func:`tvm_pool.compute.forms.choose_form` picks.
+
+Every form but ``direct`` (one reduction per output) is a chain of short elementwise blocks
+("passes") that schedules vectorise directly; each pass carries ``tvm_pool.pass_axis``, the
+spatial axis it reduces, so a schedule can compute it per row or plane. The forms read the
+:func:`~tvm_pool.compute.windows.padded` copy, except the flat plane, which reads whole
+unpadded planes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from functools import reduce
+
+from tvm import te, tirx
+
+from .. import spec
+from . import forms
+from .common import PASS_AXIS_ATTR, accumulate_dtype, block_attrs, is_float, max_identity, max_of_all, nan_max_reducer
+from .forms import FLAT_LANES
+from .windows import out_shape, padded, padded_access, reduce_axes
+
+
+def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool") -> te.Tensor:
+    """The max over each window's data taps (NaN propagates; no data gives the max identity)."""
+    dtype = data.dtype
+    form = forms.choose_form(windows, "max")
+    if form == forms.DIRECT:
+        source, offsets = padded(data, windows, max_identity(dtype))
+        return _window_maxima(source, offsets, windows, kind, name)
+    # float16/bfloat16 passes run in float32, widened once in the padded copy: exact
+    # (widening is lossless and a max returns one of its operands), and x86 has no
+    # half-precision arithmetic to run them in anyway.
+    work = "float32" if dtype in ("float16", "bfloat16") else dtype
+
+    def max_all(taps):
+        return max_of_all(taps, work)
+
+    if form == forms.FLAT_PLANE:
+        return _flat_plane_passes(data, windows, max_all, lambda x: x.astype(work), kind, name, dtype)
+    source, offsets = padded(data, windows, max_identity(work), dtype=work)
+    build = {forms.DOUBLING: _doubling_passes, forms.AXIS_PASSES: _axis_passes, forms.ALL_TAPS: _all_taps_pass}[form]
+    return build(source, offsets, windows, max_all, kind, name, dtype)
+
+
+def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, by_axis: bool = True) -> te.Tensor:
+    """The sum over each window's data taps in the accumulation type (padding adds 0;
+    ``map_input`` maps each tap first, e.g. |x|^p, and must map 0 to 0). ``by_axis=False``
+    keeps one reduction over all taps even where the windows are separable: the same sum,
+    which a schedule may reassociate as a whole (vector partial sums, schedules/arm.py)."""
+    acc = accumulate_dtype(data.dtype)
+    form = forms.choose_form(windows, "sum", by_axis)
+    if form == forms.FLAT_PLANE:
+        def tap_value(x):
+            x = x.astype(acc)
+            return map_input(x) if map_input is not None else x
+
+        return _flat_plane_passes(data, windows, _add_all, tap_value, kind, name)
+    if form == forms.AXIS_PASSES:
+        # The padded copy converts to the accumulation type once; the passes add in it.
+        source, offsets = padded(data, windows, 0, dtype=acc)
+        return _axis_passes(source, offsets, windows, _add_all, kind, name, tap_value=map_input)
+    source, offsets = padded(data, windows, 0)
+    build = {forms.BLOCK_SUMS: _block_sums, forms.DIRECT: _window_sums}[form]
+    return build(source, offsets, windows, acc, map_input, kind, name)
+
+
+def _add_all(taps):
+    return reduce(lambda a, b: a + b, taps)
+
+
+def _window_maxima(source, offsets, windows, kind, name):
+    """One reduction per output: the max of its window's taps of the padded ``source``."""
+    reducer = nan_max_reducer(source.dtype) if is_float(source.dtype) else te.max
+
+    def value(*out_idx):
+        rvars = reduce_axes(windows)
+        return reducer(padded_access(source, windows, offsets, out_idx, rvars), axis=rvars)
+
+    return te.compute(out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+
+
+def _window_sums(source, offsets, windows, acc, map_input, kind, name):
+    """One reduction per output: the sum of its window's taps of the padded ``source``."""
+
+    def value(*out_idx):
+        rvars = reduce_axes(windows)
+        x = padded_access(source, windows, offsets, out_idx, rvars).astype(acc)
+        return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
+
+    return te.compute(out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+
+
+def _block_sums(source, offsets, windows, acc, map_input, kind, name):
+    """Sums of stride-long blocks (a reduction, like any window sum), then each window's sum as
+    the sum of its kernel / stride blocks (block o + i is taps [i * stride, (i + 1) * stride) of
+    window o)."""
+    w = windows[-1]
+    m = w.kernel // w.stride
+    block = dataclasses.replace(w, kernel=w.stride, out_size=int(spec.as_dim(w.out_size)) + m - 1)
+    blocks = _window_sums(source, offsets, list(windows[:-1]) + [block], acc, map_input, kind, f"{name}_blocks")
+
+    def window_sum_of_blocks(*idx):
+        head = list(idx[:-1])
+        return _add_all([blocks[tuple(head + [idx[-1] + i])] for i in range(m)])
+
+    return te.compute(out_shape(source, windows), window_sum_of_blocks, name=name)
+
+
+def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=None):
+    """A global reduction of each (contiguous, row-major) plane as one row of ``plane``
+    elements: a pass combining its rows of :data:`FLAT_LANES` into that many lanes, passes
+    halving the lanes down to two, and the result combining those two with the elements past
+    the last whole row (see :func:`tvm_pool.compute.forms.flat_plane`). ``tap_value`` maps
+    each element (to the accumulation type, |x|^p, ...). The passes carry ``pass_axis`` on the
+    last axis (the lanes), shape ``[*lead, 1, ..., 1, lanes]``, so schedules compute them per
+    plane.
+
+    Sums are added in another order than a sequential loop (lanes first, then a tree)."""
+    rank = len(windows)
+    lead_shape = list(data.shape[: len(data.shape) - rank])
+    lead = len(lead_shape)
+    sizes = [w.kernel for w in windows]
+    plane = reduce(lambda a, b: a * b, sizes, 1)
+    rows = plane // FLAT_LANES
+
+    def element(lead_idx, t):
+        coords = []
+        for n in reversed(sizes):  # row-major position t in the plane (constants fold)
+            coords.append(t % n if isinstance(t, int) else tirx.floormod(t, n))
+            t = t // n if isinstance(t, int) else tirx.floordiv(t, n)
+        return tap_value(data[tuple(lead_idx) + tuple(reversed(coords))])
+
+    def pass_attrs(last):
+        return block_attrs(kind if last else f"{kind}_pass", rank, **{PASS_AXIS_ATTR: rank - 1})
+
+    unit = [1] * (rank - 1)
+    current = te.compute(
+        lead_shape + unit + [FLAT_LANES],
+        lambda *i: combine([element(i[:lead], j * FLAT_LANES + i[-1]) for j in range(rows)]),
+        name=f"{name}_lanes", attrs=pass_attrs(False),
+    )
+
+    def halve(prev, half):
+        return lambda *i: combine([prev(*i), prev(*i[:-1], i[-1] + half)])
+
+    width = FLAT_LANES
+    while width > 2:
+        width //= 2
+        current = te.compute(lead_shape + unit + [width], halve(current, width), name=f"{name}_half{width}",
+                             attrs=pass_attrs(False))
+    pair = current
+
+    def result(*idx):
+        taps = [pair(*idx[:-1], 0), pair(*idx[:-1], 1)]
+        taps += [element(idx[:lead], t) for t in range(rows * FLAT_LANES, plane)]
+        value = combine(taps)
+        return value.astype(out_dtype) if out_dtype is not None else value
+
+    return te.compute(out_shape(data, windows), result, name=name, attrs=pass_attrs(True))
+
+
+def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, tap_value=None):
+    """One pass per windowed axis over ``source`` (the padded data); ``combine`` reduces the list
+    of a window's taps along one axis to one value, ``tap_value`` (if any) maps the first
+    pass's taps. Pass ``j`` reduces axis ``axes[j]``; its shape has output sizes on the axes
+    reduced so far (and on 1-tap axes, which the first pass maps), padded sizes on the rest.
+    The last pass is the pool's result (cast to ``out_dtype`` when given)."""
+    rank = len(windows)
+    lead = len(source.shape) - rank
+    axes = [i for i, w in enumerate(windows) if w.kernel > 1]
+    done = [w.kernel == 1 for w in windows]  # axes already in output coordinates
+
+    def pass_value(prev, axis, first, last):
+        def value(*idx):
+            taps = []
+            for r in range(windows[axis].kernel):
+                src = list(idx[:lead])
+                for i, (w, o) in enumerate(zip(windows, idx[lead:])):
+                    if i == axis or (first and w.kernel == 1):
+                        src.append(w.tap(o, r if i == axis else 0) + offsets[i])
+                    else:
+                        src.append(o)
+                x = prev(*src)
+                taps.append(tap_value(x) if first and tap_value is not None else x)
+            result = combine(taps)
+            return result.astype(out_dtype) if last and out_dtype is not None else result
+
+        return value
+
+    current = source
+    for j, axis in enumerate(axes):
+        last = j == len(axes) - 1
+        shape = list(source.shape[:lead])
+        for i, w in enumerate(windows):
+            shape.append(spec.as_dim(w.out_size) if done[i] or i == axis else source.shape[lead + i])
+        attrs = block_attrs(kind if last else f"{kind}_pass", rank, **{PASS_AXIS_ATTR: axis})
+        current = te.compute(
+            shape, pass_value(current, axis, j == 0, last), name=name if last else f"{name}_pass{j}", attrs=attrs
+        )
+        done[axis] = True
+    return current
+
+
+def _doubling_passes(source, offsets, windows, combine, kind, name, out_dtype):
+    """The max over a long stride-1 window on the innermost axis as passes along that axis:
+    level ``k`` holds the max over ``2**k`` consecutive taps (level ``k+1`` combines two
+    neighbours of level ``k``), and the result combines two overlapping windows of the level
+    ``q`` with ``K/2 <= q < K`` taps, which together cover the window (a max may see a tap
+    twice). For K = 32 that is 5 two-operand passes instead of one 32-operand expression
+    (1-D k32 s1 over 64x4096). Every pass is an elementwise expression of two reads along the
+    row, which schedules vectorise like the separable passes; all passes have ``pass_axis``
+    on this axis, so a schedule computes the intermediate levels per row.
+
+    Level ``k`` position ``i`` is the window whose first tap is at position ``i`` of the first
+    window's first tap: ``tap(0, 0) + offset + i`` in ``source``."""
+    rank = len(windows)
+    lead = len(source.shape) - rank
+    w = windows[-1]
+    kernel, dilation = w.kernel, w.dilation
+    q = 1 << ((kernel - 1).bit_length() - 1)  # the largest power of two below the kernel
+    levels = q.bit_length() - 1  # levels 1..levels hold 2, 4, ..., q taps
+    extents = {levels: spec.as_dim(w.out_size) + (kernel - q) * dilation}
+    for k in range(levels - 1, 0, -1):
+        extents[k] = extents[k + 1] + (1 << k) * dilation
+    outer = [spec.as_dim(x.out_size) for x in windows[:-1]]
+
+    def first_level(*idx):
+        src = list(idx[:lead]) + [x.tap(o, 0) + off for x, o, off in zip(windows[:-1], idx[lead:-1], offsets)]
+        start = w.tap(0, 0) + offsets[-1] + idx[-1]
+        return combine([source(*src, start), source(*src, start + dilation)])
+
+    def next_level(prev, step):
+        return lambda *idx: combine([prev(*idx), prev(*idx[:-1], idx[-1] + step)])
+
+    current = None
+    for k in range(1, levels + 1):
+        value = first_level if k == 1 else next_level(current, (1 << (k - 1)) * dilation)
+        attrs = block_attrs(f"{kind}_pass", rank, **{PASS_AXIS_ATTR: rank - 1})
+        shape = list(source.shape[:lead]) + outer + [extents[k]]
+        current = te.compute(shape, value, name=f"{name}_level{k}", attrs=attrs)
+    last = current
+
+    def result(*idx):
+        return combine([last(*idx), last(*idx[:-1], idx[-1] + (kernel - q) * dilation)]).astype(out_dtype)
+
+    attrs = block_attrs(kind, rank, **{PASS_AXIS_ATTR: rank - 1})
+    return te.compute(out_shape(source, windows), result, name=name, attrs=attrs)
+
+
+def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype):
+    """One elementwise block combining every tap of each window (row-major scan order), marked
+    as a one-pass chain on the innermost windowed axis so schedules treat it as the passes."""
+    rank = len(windows)
+    taps_per_axis = [range(w.kernel) for w in windows]
+
+    def value(*idx):
+        taps = [padded_access(source, windows, offsets, idx, rs) for rs in itertools.product(*taps_per_axis)]
+        return combine(taps).astype(out_dtype)
+
+    axis = max([i for i, w in enumerate(windows) if w.kernel > 1] or [rank - 1])
+    attrs = block_attrs(kind, rank, **{PASS_AXIS_ATTR: axis})
+    return te.compute(out_shape(source, windows), value, name=name, attrs=attrs)
