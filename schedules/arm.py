@@ -215,7 +215,7 @@ def use_fmax(func):
 # --------------------------------------------------------------------------------------------
 #
 # A global average (GlobalAveragePool, or an AveragePool whose window is the whole plane) is
-# built as one pass per axis (``compute.pool.separable``): rows summed per column, then the
+# built as one pass per axis (``compute.forms.separable``): rows summed per column, then the
 # columns. A 7-wide column vector does not fill NEON registers, and the column sum is scalar
 # (ResNet's 2048x7x7 head: 67 instructions per output, 0.8x stock TVM). :func:`whole_plane_sums`
 # swaps such a function for the same compute built as one reduction over the plane

@@ -10,7 +10,7 @@ One rule, :class:`Pool`, for every tvm_pool pooling PrimFunc (max, max with indi
 Lp, global, adaptive, TensorRT) and TOPI's pooling blocks, fused or not. Two shapes of compute
 reach it:
 
-* **separable passes** (``tvm_pool.pass_axis`` blocks, see ``compute.pool.separable``): the
+* **separable passes** (``tvm_pool.pass_axis`` blocks, see ``compute.forms.separable``): the
   overlapping and single-axis windows, reduced one axis at a time. :func:`schedule_pass_chain`
   runs planes in parallel, each pass at the loop of the axis it reduces, every pass row as one
   TVM vector, the padding as a per-plane copy (small planes) or inlined bounds checks (large;
@@ -18,9 +18,9 @@ reach it:
   This is where the speed of the common pools (3x3 stride 1 and 2, global average, 3-D, 1-D)
   comes from.
   Small non-overlapping 2-D max windows (2x2 s2, 3x3 s3) come as a one-pass chain too: one
-  expression of every tap (``compute.pool.few_taps``), whose output row LLVM vectorises.
+  expression of every tap (``compute.forms.few_taps``), whose output row LLVM vectorises.
   Passes over axes whose windows do not overlap are computed per output row; the doubling
-  levels of a long 1-D max (``compute.pool._doubling_passes``) per row of their axis.
+  levels of a long 1-D max (``compute.window_reduce._doubling_passes``) per row of their axis.
 * **window reductions** (:mod:`.cpu_reduction`; a block with reduction iterators: indices, non-overlapping sums,
   adaptive, symbolic sizes, long strided windows) with loops ``[lead..., out..., r...]``:
 

@@ -65,7 +65,7 @@ def _place_passes(sch, chain, source_bytes, config: CpuConfig):
         axis = chain.axes[j]
         if axis in chain.axes[j + 1 :]:
             # A pass whose axis a later pass reduces again (the doubling levels of a long
-            # window, compute.pool._doubling_passes) is still in input coordinates along it:
+            # window, compute.window_reduce._doubling_passes) is still in input coordinates along it:
             # it is computed per row of that axis, at the loop above it, not per output of it.
             at = loop_of_axis[axis - 1]
         elif not _pass_windows_overlap(sch, chain.passes[j], axis, rank):
@@ -137,7 +137,7 @@ def _vectorize_passes(sch, chain, consumers, inlined_pad, source_bytes, config: 
         # per element over rows of arbitrary length, which LLVM's vectoriser handles with a
         # scalar tail (1-D max k32 s1 over 64x4096, 1 thread: 0.107 ms, against 0.122 ms
         # with TVM vectorising odd-sized row chunks); or the lanes of a flat global
-        # reduction (compute.pool._flat_plane_passes), a register or less: one TVM vector.
+        # reduction (compute.window_reduce._flat_plane_passes), a register or less: one TVM vector.
         for block in chain.passes[:-1]:
             if inlined_pad is not None and block.same_as(inlined_pad[0]):
                 continue  # cut at the padding's edges above, LLVM's
