@@ -21,9 +21,12 @@ from onnx import TensorProto, helper
 
 import tvm_pool
 from tvm_pool import tuning
+from tvm_pool.errors import TvmPoolError
 from tvm_pool.targets import resolve_target
+from tvm_pool.tuning.logs import TVM_ERRORS
 
-from .runner import RESULTS_DIR, build_model, workloads
+from .report import RESULTS_DIR
+from .workloads import build_model, make_input, workloads
 
 # Pooling layers of common CNNs not already in the benchmark (NCHW, float32, batch 1).
 CNN_POOLS = [
@@ -79,13 +82,13 @@ def prune_pooling(log_dir: str) -> int:
 
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
-    names = ("database_workload.json", "database_tuning_record.json")
+    names = (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)
     old = ms.database.JSONDatabase(*(os.path.join(log_dir, n) for n in names), allow_missing=False)
     with tempfile.TemporaryDirectory() as tmp:
         new = ms.database.JSONDatabase(*(os.path.join(tmp, n) for n in names), allow_missing=True)
         dropped = 0
         for record in old.get_all_tuning_records():
-            if tuning._is_pooling(record.workload.mod):  # pylint: disable=protected-access
+            if tuning.is_pooling(record.workload.mod):
                 dropped += 1
                 continue
             workload = new.commit_workload(record.workload.mod)
@@ -113,8 +116,6 @@ def verify_pools(target, log_dir: str, out_dir: str, rounds: int = 15, calls: in
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
-
-    from .runner import make_input  # pylint: disable=import-outside-toplevel
 
     rows = []
     for w in workloads(quick=False):
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
             for name, model in pool_models():
                 try:
                     tvm_pool.tune(tvm_pool.from_onnx(model), target, trials=0, log_dir=log_dir, source=f"{POOL_SOURCE}{name}")
-                except Exception as err:  # pylint: disable=broad-except
+                except (TvmPoolError, OSError, *TVM_ERRORS) as err:  # a layer TVM cannot tune: the others go on
                     print(f"{name}: skipped ({type(err).__name__}: {str(err).splitlines()[0][:200]})", flush=True)
         elif what == "verify":
             verify_pools(target, log_dir, RESULTS_DIR)

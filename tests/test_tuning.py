@@ -1,5 +1,6 @@
 """Tuning (issue 13): tvm_pool.tune writes a MetaSchedule JSON database that TVM reads and
-tvm_pool.compile applies; mismatched and corrupt logs; the pooling design space; RPC tracker."""
+tvm_pool.compile applies; mismatched and corrupt logs; the pooling design space of every target
+family; the builder's finish pass; an interrupted run's log; RPC tracker."""
 
 from __future__ import annotations
 
@@ -12,47 +13,32 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from onnx import TensorProto, helper
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 import tvm_pool
-from tvm_pool import tuning
+from tvm_pool import schedules, tuning
 from tvm_pool.errors import TvmPoolError
 from tvm_pool.schedules import meta_schedule as ms_rules
 from tvm_pool.schedules import x86
-from tvm_pool.targets import resolve_target
+from tvm_pool.targets import is_x86, resolve_target
 
-from tuning_helpers import assert_applied, conv_pool_model, free_port, host_processes, start_tracker, tasks, wait_for_server
+from tuning_helpers import (
+    arg_shapes,
+    assert_applied,
+    conv_pool_model,
+    free_port,
+    host_processes,
+    pool_mod,
+    pool_onnx,
+    run_prim,
+    start_tracker,
+    tasks,
+    wait_for_server,
+)
 
 TARGET = resolve_target("host")
-pytestmark = pytest.mark.skipif(not x86.is_x86(TARGET), reason="the shipped design space is x86's")
-
-
-def pool_mod(kind="max", shape=(1, 8, 20, 20), relu=True, **kwargs):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.nn.relu(x)) if relu else x
-            op = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
-            z = bb.emit(op(y, **kwargs))
-            gv = bb.emit_output(z)
-        bb.emit_func_output(gv)
-    return bb.get()
-
-
-def _arg_shapes(mod):
-    return [([int(d) for d in a.shape], str(a.dtype)) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
-
-
-def _run_prim(mod, inputs):
-    lib = tvm.tirx.build(mod, target=TARGET)
-    args = [tvm.runtime.tensor(a) for a in inputs]
-    for shape, dtype in _arg_shapes(mod)[len(inputs):]:
-        args.append(tvm.runtime.empty(shape, dtype, tvm.cpu()))
-    lib["main"](*args)
-    return [a.numpy() for a in args[len(inputs):]]
+pytestmark = pytest.mark.skipif(not is_x86(TARGET), reason="tunes for this machine, taken to be an x86 CPU with AVX2")
 
 
 @pytest.mark.parametrize(
@@ -74,16 +60,96 @@ def test_pool_design_space_has_hand_written_first_and_is_bit_exact(kind, kwargs)
     assert label.startswith("hand-written")
     hand = x86.Pool().apply(task_mod["main"], TARGET, False)
     assert tvm_ffi.structural_equal(first.mod["main"].body, hand.mod["main"].body)
-    x = np.random.default_rng(1).standard_normal(_arg_shapes(task_mod)[0][0]).astype("float32")
-    want = _run_prim(task_mod, [x])
+    x = np.random.default_rng(1).standard_normal(arg_shapes(task_mod)[0][0]).astype("float32")
+    want = run_prim(task_mod, [x], TARGET)
     for label, sch in cands:
-        got = _run_prim(sch.mod, [x])
+        got = run_prim(sch.mod, [x], TARGET)
         for g, w in zip(got, want):
             assert np.array_equal(g, w), label
         # every candidate's trace replays on the workload (what the database stores)
         replay = tvm.s_tir.Schedule(task_mod)
         sch.trace.apply_to_schedule(replay, remove_postproc=False)
         assert tvm_ffi.structural_equal(replay.mod, sch.mod), label
+
+
+@pytest.mark.parametrize("target", ["host", "arm", "cuda"])
+def test_every_target_family_searches_its_pools_exhaustively(target):
+    """Pooling tasks are planned for every family with a pooling rule, not x86 alone: the
+    family's design space, the hand-written schedule first; no pool is left to the search."""
+    target = resolve_target(target)
+    mod = pool_mod("max", pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    _, pool_tasks, search_tasks = tuning.plan._tasks(mod, target)  # pylint: disable=protected-access
+    assert not search_tasks
+    ((task, cands),) = pool_tasks
+    assert "pool" in task.task_name and len(cands) >= 2 and cands[0][0].startswith("hand-written")
+
+
+def test_the_builder_finishes_every_candidate_before_building_it(monkeypatch):
+    """The in-process builder applies the family's rewrites of a scheduled pooling function
+    (``schedules.finish_pass``) to each candidate, as compile does to a tuned function."""
+    finished = []
+    real = schedules.finish_pass
+
+    def recording(target):
+        def apply(mod):
+            finished.append((str(target.kind.name), mod))
+            return real(target)(mod)
+
+        return apply
+
+    monkeypatch.setattr(schedules, "finish_pass", recording)
+    from tvm.s_tir.meta_schedule.builder import BuilderInput  # pylint: disable=import-outside-toplevel
+
+    task = next(t for t in tasks(pool_mod("avg", pool_size=(2, 2), strides=(2, 2)), TARGET) if "pool" in t.task_name)
+    cands = ms_rules.pool_candidates(task.dispatched[0], TARGET)[:2]
+    built = tuning.measure.in_process_builder(None).build([BuilderInput(sch.mod, TARGET) for _, sch in cands])
+    try:
+        assert all(res.error_msg is None for res in built), [res.error_msg for res in built]
+        assert [kind for kind, _ in finished] == ["llvm"] * len(cands)
+        assert all(tvm_ffi.structural_equal(mod, sch.mod) for (_, mod), (_, sch) in zip(finished, cands))
+    finally:
+        for res in built:
+            if res.artifact_path:
+                tuning.measure.remove_artifact(res.artifact_path)
+
+
+def test_an_interrupted_search_still_records_the_run(tmp_path, monkeypatch):
+    """Ctrl-C (or an error) in the search: the run is written to target.json as interrupted, with
+    what it measured, and the interruption goes on to the caller."""
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning.pooling, "tune_pools", lambda *_args: [])
+    monkeypatch.setattr(tuning.evolutionary, "search", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tvm_pool.tune(pool_mod("max", pool_size=(2, 2), strides=(2, 2)), "host", trials=4, log_dir=str(tmp_path),
+                      source="relu_pool", progress=lambda _line: None)
+    run = json.load(open(os.path.join(tmp_path, tuning.META_FILE)))["runs"][-1]
+    assert run["stopped"] == "interrupted" and run["model"] == "relu_pool" and run["measurements"] == 0
+
+
+def test_the_time_budget_stops_the_search_through_tvm():
+    """The progress callback stops the search by raising once the budget is spent; MetaSchedule
+    calls it through TVM's FFI, which hands the exception back as the RuntimeError that
+    ``evolutionary.search`` catches (with the callback's state saying it stopped)."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    from tvm.s_tir.meta_schedule.builder import BuilderResult  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner import RunnerResult  # pylint: disable=import-outside-toplevel
+
+    results = [tuning.TaskResult("conv", "search")]
+    lines = []
+    callback, state = tuning.evolutionary._progress_callback(  # pylint: disable=protected-access
+        results, 8, lines.append, deadline=time.time() - 1
+    )
+    scheduler = ms.task_scheduler.TaskScheduler.create("round-robin")
+    with pytest.raises(RuntimeError, match="time budget spent"):
+        ms.measure_callback.MeasureCallback.apply(
+            callback, scheduler, 0, [], [BuilderResult("x.so", None)], [RunnerResult([1e-3], None)]
+        )
+    assert state["stopped"] and results[0].trials == 1 and results[0].best_ms == 1.0
+    assert lines and lines[0].startswith("[task 1/1] conv: 1 trials")
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +271,6 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
     assert any("missing" in m and "not a directory" in m for m in messages)
 
 
-def test_target_families():
-    assert tuning.target_family({"kind": "llvm", "mcpu": "haswell"}) == "x86-avx2"
-    assert tuning.target_family({"kind": "llvm", "mcpu": "znver4"}) == "x86-avx512"
-    assert tuning.target_family("arm") == "aarch64-neon"
-
-
 def test_tune_through_the_rpc_tracker(tmp_path):
     """python -m tvm.exec.rpc_tracker + rpc_server on 127.0.0.1; the builder exports a shared
     object (the device needs no compiler); Conv -> Relu -> MaxPool is measured on the server:
@@ -243,22 +303,10 @@ def test_tune_through_the_rpc_tracker(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 
-def _pool_onnx(path):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="pool")
-    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 19)])
-    model.ir_version = 10
-    import onnx  # pylint: disable=import-outside-toplevel
-
-    onnx.save(model, str(path))
-    return str(path)
-
-
 def test_cli_tune_compile_inspect(tmp_path, capsys):
     from tvm_pool import cli  # pylint: disable=import-outside-toplevel
 
-    model = _pool_onnx(tmp_path / "pool.onnx")
+    model = pool_onnx(tmp_path / "pool.onnx")
     log_dir = str(tmp_path / "log")
     assert cli.main(["tune", model, "--trials", "0", "--log-dir", log_dir]) == 0
     out, err = capsys.readouterr()
@@ -287,7 +335,7 @@ def test_cli_tune_compile_inspect(tmp_path, capsys):
 def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     from tvm_pool import cli  # pylint: disable=import-outside-toplevel
 
-    model = _pool_onnx(tmp_path / "pool.onnx")
+    model = pool_onnx(tmp_path / "pool.onnx")
     args = [model if a == "MODEL" else a for a in args]
     if args[0] == "compile":
         args += ["-o", str(tmp_path / "x.so")]
@@ -301,7 +349,7 @@ def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
                                            {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}])
 def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch):
     """The shipped logs hold the benchmark's pooling layers: compile applies their records
-    (tuning.SHIPPED_POOLING_RECORDS) when TVM runs the thread count they were tuned with, and
+    (tuning.logs.SHIPPED_POOLING_RECORDS) when TVM runs the thread count they were tuned with, and
     the result is bit-exact."""
     from tvm_pool.bench.runner import build_model, make_input, workloads  # pylint: disable=import-outside-toplevel
 
@@ -314,16 +362,16 @@ def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch
     mod = tvm_pool.from_onnx(build_model(workload))
     meta = json.load(open(os.path.join(tuning.shipped_log_dir(target), tuning.META_FILE)))
     (threads,) = tuning.tuned_threads(meta)  # one thread count per shipped log
-    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads)
+    monkeypatch.setattr(tuning.logs, "runtime_threads", lambda: threads)
     applied = dict(tuning.records_for(mod, target))
     assert all(tuning.shipped_log_dir(target) in r for r in applied.values()), applied
     # another thread count than the log's: the pool keeps its hand-written schedule
-    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads + 1)
+    monkeypatch.setattr(tuning.logs, "runtime_threads", lambda: threads + 1)
     assert set(dict(tuning.records_for(mod, target)).values()) == {"none"}
-    monkeypatch.setattr(tuning, "runtime_threads", lambda: threads)
-    monkeypatch.setattr(tuning, "SHIPPED_POOLING_RECORDS", False)
+    monkeypatch.setattr(tuning.logs, "runtime_threads", lambda: threads)
+    monkeypatch.setattr(tuning.logs, "SHIPPED_POOLING_RECORDS", False)
     assert set(dict(tuning.records_for(mod, target)).values()) == {"none"}
-    monkeypatch.setattr(tuning, "SHIPPED_POOLING_RECORDS", True)
+    monkeypatch.setattr(tuning.logs, "SHIPPED_POOLING_RECORDS", True)
     x = tvm.runtime.tensor(make_input(workload))
     outs = [relax.VirtualMachine(tvm_pool.compile(mod, target, **kw), tvm.cpu())["main"](x).numpy()
             for kw in ({}, {"schedule": False})]

@@ -1,6 +1,6 @@
 """Shared by the tuning tests (x86 in test_tuning.py, aarch64 in test_arm_emulated.py): the tiny
-Conv -> Relu -> MaxPool model, TVM's RPC tracker as a process, and the check that compile
-applies a log's records."""
+Relu -> pool and Conv -> Relu -> MaxPool models, running a PrimFunc, TVM's RPC tracker as a
+process, and the check that compile applies a log's records."""
 
 from __future__ import annotations
 
@@ -13,14 +13,56 @@ import sys
 import time
 
 import numpy as np
+import onnx
 import tvm
 import tvm_ffi
 from onnx import TensorProto, helper
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_pool import lowering, tuning
 
 from oracles import IR_VERSION
+
+
+def pool_mod(kind="max", shape=(1, 8, 20, 20), relu=True, **kwargs):
+    """A Relax module: (Relu ->) ``relax.op.nn.{max,avg}_pool2d(**kwargs)``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(x)) if relu else x
+            op = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
+            z = bb.emit(op(y, **kwargs))
+            gv = bb.emit_output(z)
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
+def pool_onnx(path):
+    """An ONNX MaxPool (3x3 s2 p1 on [1, 8, 20, 20]) saved at ``path``; returns the path."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="pool")
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = IR_VERSION
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def arg_shapes(mod):
+    """[(shape, dtype)] of the arguments of a task's ``main``."""
+    return [([int(d) for d in a.shape], str(a.dtype)) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+
+
+def run_prim(mod, inputs, target):
+    """Build a task's module for ``target`` (this CPU) and run it on ``inputs``: its outputs."""
+    lib = tvm.tirx.build(mod, target=target)
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    for shape, dtype in arg_shapes(mod)[len(inputs):]:
+        args.append(tvm.runtime.empty(shape, dtype, tvm.cpu()))
+    lib["main"](*args)
+    return [a.numpy() for a in args[len(inputs):]]
 
 
 def conv_pool_model(size=16):
@@ -125,7 +167,7 @@ def wait_for_server(port, key, timeout=240):
             servers = rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]
             if any(s["key"].partition(":")[2] == key for s in servers):
                 return
-        except Exception:  # pylint: disable=broad-except
+        except (OSError, RuntimeError):  # the tracker not up yet, or resetting the connection
             pass
         assert time.time() < deadline, f"no RPC server registered under {key!r} within {timeout} s"
         time.sleep(1)

@@ -84,7 +84,7 @@ def split_long_serial_loops(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     sch = s_tir.Schedule(func)
     try:
         blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    except Exception:  # pylint: disable=broad-except
+    except s_tir.ScheduleError:
         return func  # not a block-level function (no root block): nothing scheduled to split
     changed, split_any = True, False
     while changed:
@@ -164,7 +164,7 @@ def pipeline(
 ) -> tvm.transform.Pass:
     """The Relax pipeline ``compile`` runs: TVM's own passes for the target, with tvm_pool's
     legalization first and, right after fusion, the tuning records of ``database`` (a
-    MetaSchedule database, see :mod:`tvm_pool.tuning`) then tvm_pool's schedules (ahead of
+    MetaSchedule database, see :mod:`tvm_pool.tuning.logs`) then tvm_pool's schedules (ahead of
     TVM's generic dlight schedules, which then skip the PrimFuncs already scheduled)."""
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
@@ -215,9 +215,9 @@ def compile(  # pylint: disable=redefined-builtin
     target = resolve_target(target)
     database = None
     if schedule:
-        from . import tuning  # pylint: disable=import-outside-toplevel
+        from .tuning import logs  # pylint: disable=import-outside-toplevel
 
-        database = tuning.load_logs(target, tuning_logs, shipped=shipped_logs)
+        database = logs.load_logs(target, tuning_logs, shipped=shipped_logs)
     if schedule and tir_pipeline == "default":
         from .schedules import tir_pipeline as target_tir_pipeline  # pylint: disable=import-outside-toplevel
 

@@ -1,13 +1,18 @@
-"""Target names users type, resolved to ``tvm.target.Target``.
+"""Target names users type, resolved to ``tvm.target.Target``, and what a target is.
 
 ``host`` (the default) detects this machine's CPU; ``x86`` is a generic x86-64; ``arm`` is
 aarch64-linux-gnu with NEON; ``cuda`` is an NVIDIA GPU with the host CPU as its host. A JSON
 object (or dict) is taken as TVM's own target syntax.
+
+Every schedule, tuning log and benchmark asks here what a target is: its CPU architecture
+(:func:`cpu_arch`), ISA features, and the family its tuning logs are filed under
+(:func:`target_family`: ``x86-avx2``, ``aarch64-neon``, ``riscv64``, ``cuda-sm_90``, ...).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 
 import tvm
 from tvm.target import Target
@@ -15,6 +20,8 @@ from tvm.target import Target
 from .errors import TvmPoolError
 
 TARGET_ALIASES = ("host", "x86", "arm", "cuda")
+
+logger = logging.getLogger(__name__)
 
 
 def host_cpu() -> str:
@@ -108,6 +115,93 @@ def x86_vector_bits(target: Target) -> int:
     if has_feature(target, "avx512f"):
         return 512
     return 256 if has_feature(target, "avx2") else 128
+
+
+# ISA features a tuning log records, per architecture (LLVM's names): a log tuned with one of
+# them is not applied to a target without it (its code could fault there).
+_FEATURES = {
+    "x86": (
+        "sse4.2", "avx", "avx2", "fma", "f16c", "bmi2",
+        "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16",
+        "avx512fp16", "avxvnni", "amx-tile",
+    ),
+    "aarch64": ("neon", "fullfp16", "dotprod", "i8mm", "bf16", "sve", "sve2"),
+    "riscv64": ("v", "zfh", "zvfh"),
+}
+
+
+def _arch(target: Target) -> str:
+    """"cuda", "x86", "aarch64", another CPU's architecture as its triple names it ("riscv64"),
+    or the kind of any other target."""
+    if target.kind.name == "cuda":
+        return "cuda"
+    arch = cpu_arch(target)
+    if arch is None:
+        return str(target.kind.name)
+    return "x86" if arch == "x86_64" else arch
+
+
+def target_features(target: Target) -> list[str]:
+    """The ISA features of ``target`` among those a tuning log records (LLVM's names); a CUDA
+    target's: its arch."""
+    arch = _arch(target)
+    if arch == "cuda":
+        return [str(target.attrs.get("arch", "") or "")]
+    found = []
+    for feature in _FEATURES.get(arch, ()):
+        try:
+            if has_feature(target, feature):
+                found.append(feature)
+        except RuntimeError as err:  # LLVM refusing the target (TVM's InternalError)
+            logger.debug("target %s: feature %s not asked: %s", target, feature, err)
+    return found
+
+
+def target_family(target) -> str:
+    """``x86-avx512``, ``x86-avx2``, ``x86-sse``, ``aarch64-sve``, ``aarch64-neon``,
+    ``cuda-sm_90``, or another CPU's architecture (``riscv64``): one directory of shipped
+    tuning logs per family."""
+    target = resolve_target(target)
+    arch = _arch(target)
+    if arch == "cuda":
+        return f"cuda-{target.attrs.get('arch', 'unknown')}"
+    features = set(target_features(target))
+    if arch == "x86":
+        return "x86-avx512" if "avx512f" in features else ("x86-avx2" if "avx2" in features else "x86-sse")
+    if arch == "aarch64":
+        return "aarch64-sve" if "sve" in features else "aarch64-neon"
+    return arch
+
+
+def target_json(target: Target) -> dict:
+    """``target.export()`` as plain JSON values (what ``Target(...)`` takes back)."""
+
+    def plain(value):
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value
+        if isinstance(value, Target):
+            return target_json(value)
+        if hasattr(value, "items"):
+            return {str(k): plain(v) for k, v in value.items()}
+        if hasattr(value, "__iter__"):
+            return [plain(v) for v in value]
+        return str(value)
+
+    return plain(target.export())
+
+
+def describe_target(target) -> dict:
+    """What a tuning log records of its target (``target.json``): family, target, ISA features."""
+    target = resolve_target(target)
+    return {"family": target_family(target), "target": target_json(target), "features": target_features(target)}
+
+
+def with_num_cores(target: Target, cores: int) -> Target:
+    """``target`` with ``num-cores`` (MetaSchedule's CPU rules refuse a target without it, and
+    the aliases "arm" and "x86" name none: the device's count is known only when tuning)."""
+    if target.kind.name != "llvm" or "num-cores" in target.attrs:
+        return target
+    return Target({**target_json(target), "num-cores": int(cores)})
 
 
 def foreign_triple(target: Target) -> str | None:

@@ -1,0 +1,149 @@
+"""Every task but the pooling ones: MetaSchedule's evolutionary search with its cost model,
+``trials`` measurements in all, shared out by the gradient task scheduler. tvm_pool's schedules
+are registered as MetaSchedule custom rules first, so pooling blocks inside these tasks get
+tvm_pool's design space, not TVM's defaults."""
+
+from __future__ import annotations
+
+import time
+
+from ..targets import num_cores
+from . import intrin
+from .logs import mean_secs
+from .meta import TaskResult, fmt_ms, fmt_secs
+
+SEARCH = dict(
+    population_size=64,
+    init_measured_ratio=0.2,
+    init_min_unmeasured=16,
+    max_fail_count=5,
+    genetic_num_iters=2,
+    genetic_mutate_prob=0.85,
+    genetic_max_fail_count=5,
+    eps_greedy=0.05,
+)
+
+
+class BatchCounter:
+    """The search's progress line as measured batches arrive (the in-process runner calls it
+    after each batch). The gradient scheduler hands measured batches to the callbacks (the
+    per-task progress lines) only when it joins a task, after its first round over every task;
+    this line reports the search's measurements as they happen."""
+
+    def __init__(self, say):
+        self.say = say
+        self.total = self.done = 0
+        self.start = None
+
+    def begin(self, total: int) -> None:
+        self.total, self.start = total, time.time()
+
+    def __call__(self, n: int) -> None:
+        if self.start is None:
+            return  # pooling candidates: reported per task
+        self.done += n
+        elapsed = time.time() - self.start
+        left = max(self.total - self.done, 0)
+        self.say(
+            f"[search] {self.done}/{self.total} trials measured, {fmt_secs(elapsed)} elapsed, "
+            f"ETA {fmt_secs(elapsed / self.done * left)}"
+        )
+
+
+class _Stop(RuntimeError):
+    """Raised by the progress callback when the time budget is spent (TVM's FFI hands it back
+    from the search as a RuntimeError)."""
+
+
+def search(plan, trials, builder, runner, database, say, results: list, *, counter: BatchCounter,
+           trials_per_iter: int | None = None, seed: int | None = 0) -> None:
+    """Search ``plan.search_tasks`` with ``trials`` measurements in all, until ``plan.deadline``.
+    Their TaskResults are appended to ``results`` first and filled in as batches are measured,
+    so an interrupted search leaves what it measured there (and in ``database``)."""
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    task_results = [TaskResult(task.task_name, "search") for task in plan.search_tasks]
+    results.extend(task_results)
+    if not task_results or trials <= 0:
+        return
+    # The first round gives every task one batch; half the budget, so the cost model and the
+    # gradient scheduler choose where the other half goes.
+    per_iter = trials_per_iter or max(4, min(64, trials // max(2 * len(task_results), 1)))
+    counter.begin(trials)
+    contexts, weights = _contexts(plan, seed)
+    callback, state = _progress_callback(task_results, trials, say, plan.deadline)
+    try:
+        ms.tune.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=plan.log_dir,
+            max_trials_global=trials,
+            max_trials_per_task=None,
+            num_trials_per_iter=per_iter,
+            builder=builder,
+            runner=runner,
+            database=database,
+            cost_model=ms.cost_model.XGBModel(num_tuning_cores=num_cores(), tree_method="auto"),
+            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), callback],
+            task_scheduler="gradient",
+        )
+    except RuntimeError:
+        if not state["stopped"]:
+            raise
+        say(f"time budget of {fmt_secs(plan.budget_s)} reached: stopped after {state['done']} trials")
+
+
+def _contexts(plan, seed) -> tuple[list, list]:
+    """A TuneContext and a weight per task to search."""
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    intrin.prepare(plan.target)  # before TuneContext imports the tensor intrinsics
+    contexts, weights = [], []
+    for offset, task in enumerate(plan.search_tasks):
+        contexts.append(
+            ms.TuneContext(
+                mod=task.dispatched[0],
+                target=plan.target,
+                space_generator="post-order-apply",
+                search_strategy=ms.search_strategy.EvolutionarySearch(**SEARCH),
+                task_name=task.task_name,
+                rand_state=-1 if seed is None else seed + offset,
+                num_threads=num_cores(),
+            ).clone()
+        )
+        weights.append(float(task.weight))
+    return contexts, weights
+
+
+def _progress_callback(results: list, total: int, say, deadline=None):
+    """A measure callback printing a line per measured batch of a task (its trials and best
+    time, the search's ETA), and stopping the search at ``deadline``; and its state."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    state = {"done": 0, "start": time.time(), "stopped": False}
+
+    @derived_object
+    class _Progress(PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):  # noqa: D102
+            result = results[int(task_id)]
+            result.trials += len(runner_results)
+            state["done"] += len(runner_results)
+            for res in runner_results:
+                if res.error_msg is None and res.run_secs:
+                    ms_time = mean_secs([float(s) for s in res.run_secs]) * 1e3
+                    if result.best_ms is None or ms_time < result.best_ms:
+                        result.best_ms = ms_time
+            elapsed = time.time() - state["start"]
+            done = state["done"]
+            eta = elapsed / done * max(total - done, 0) if done else 0.0
+            say(
+                f"[task {int(task_id) + 1}/{len(results)}] {result.name}: {result.trials} trials, "
+                f"best {fmt_ms(result.best_ms)}; {done}/{total} trials, {fmt_secs(elapsed)} elapsed, ETA {fmt_secs(eta)}"
+            )
+            if deadline is not None and time.time() >= deadline:
+                state["stopped"] = True
+                raise _Stop("time budget spent")
+
+    return _Progress(), state

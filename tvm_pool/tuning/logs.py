@@ -1,0 +1,378 @@
+"""Reading tuning logs, tolerantly, and the database ``compile`` applies (:func:`load_logs`).
+
+A log directory is a MetaSchedule JSON database (``database_workload.json`` /
+``database_tuning_record.json``) plus ``target.json`` (:func:`tvm_pool.targets.describe_target`
+and one entry per tuning run). TVM's database lookup ignores the target, so the log's target
+is checked here (:func:`mismatch`). Corrupt lines, records and schedules are skipped with a
+:class:`TuningLogWarning`: nothing in a log can fail a build.
+
+This is the part of tuning that :mod:`tvm_pool.lowering` imports; it imports nothing that
+lowers or tunes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import tvm
+
+from ..targets import describe_target, resolve_target, target_family, target_features
+
+logger = logging.getLogger(__name__)
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+META_FILE = "target.json"
+
+# What TVM raises where a step may legitimately fail (a corrupt record, a schedule that does not
+# replay, a candidate that does not build): its errors are RuntimeError subclasses (InternalError,
+# ScheduleError), TypeError for an argument of the wrong type, ValueError for a bad value.
+TVM_ERRORS = (RuntimeError, TypeError, ValueError)
+
+# Whether the shipped logs' pooling records are applied (a log the user passes is applied in
+# full either way). They are, when this process runs as many TVM threads as the log was tuned
+# with: a pool's best schedule depends on the thread count (rows and planes in parallel won by
+# 9% on two threads and lost by 5% on one, AVX2 Relu -> MaxPool -> Add). Re-tuned on a quiet
+# machine, each knob kept only when clearly faster than the hand-written schedule, then re-timed
+# against it on every benchmark workload (`python -m tvm_pool.bench.tune_shipped --what verify`,
+# bench/results/tuned_pools_*.md): none slower beyond the noise of timing one module twice. An
+# earlier log, measured with one TVM thread while other jobs ran, made two pools 2x slower at two
+# threads. False keeps the hand-written pooling schedules with the shipped logs.
+SHIPPED_POOLING_RECORDS = True
+
+
+class TuningLogWarning(UserWarning):
+    """A tuning log that is not used, or is used only in part."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, TuningLogWarning, stacklevel=3)
+
+
+def short_error(err) -> str:
+    """The last line of an error's text (TVM's carry a C++ backtrace first), at most 120 chars."""
+    text = str(err).strip().splitlines()
+    return (text[-1] if text else type(err).__name__)[:120]
+
+
+def mean_secs(run_secs) -> float:
+    """The mean of a record's run times (inf for none)."""
+    values = [float(v) for v in (run_secs or [])]
+    return sum(values) / len(values) if values else float("inf")
+
+
+def mismatch(log_meta: dict, target: tvm.target.Target) -> str | None:
+    """Why a log tuned as ``log_meta`` (``target.json``) must not be applied to ``target``."""
+    family = target_family(target)
+    log_family = str(log_meta.get("family", ""))
+    if log_family.split("-")[0] != family.split("-")[0]:
+        return f"tuned for {log_family or 'an unknown target'}, not {family}"
+    if family.startswith("cuda"):
+        return None if log_family == family else f"tuned for {log_family}, not {family}"
+    missing = sorted(set(log_meta.get("features", [])) - set(target_features(target)))
+    if missing:
+        return f"tuned for {log_family} with ISA features this target lacks: {', '.join(missing)}"
+    return None
+
+
+def shipped_log_dir(target) -> str:
+    """Where the package keeps the logs for ``target``'s family (may not exist)."""
+    from .. import tuning_logs  # pylint: disable=import-outside-toplevel
+
+    return os.path.join(os.path.dirname(tuning_logs.__file__), target_family(target))
+
+
+def runtime_threads() -> int:
+    """TVM's thread count in this process (what a module compiled here runs with)."""
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+def tuned_threads(log_meta: dict) -> set:
+    """The TVM thread counts a log's runs were measured with (``target.json``; empty for a log
+    that predates the field)."""
+    return {run["threads"] for run in log_meta.get("runs", []) if isinstance(run, dict) and "threads" in run}
+
+
+def is_pooling(mod) -> bool:
+    """Whether a tuning workload is a pooling PrimFunc (it has a tvm_pool or TOPI pool block)."""
+    from tvm import s_tir  # pylint: disable=import-outside-toplevel
+
+    from ..schedules import analysis  # pylint: disable=import-outside-toplevel
+
+    try:
+        sch = s_tir.Schedule(mod)
+        return any(analysis.is_pool_block(sch.get(rv)) for rv in analysis.root_blocks(sch))
+    except TVM_ERRORS as err:  # not a block-level function: no pool block to find
+        logger.debug("workload %s taken as not pooling: %s", workload_name(mod), short_error(err))
+        return False
+
+
+def workload_name(mod) -> str:
+    """The name of a workload's (first) function."""
+    for gv, _ in mod.functions_items():
+        return gv.name_hint
+    return "?"
+
+
+def tvm_ffi_key(mod) -> int:
+    """The structural hash a workload is looked up by (what MetaSchedule's databases use)."""
+    import tvm_ffi  # pylint: disable=import-outside-toplevel
+
+    return int(tvm_ffi.structural_hash(mod))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading one log directory
+# --------------------------------------------------------------------------------------------
+
+
+def read_meta(log_dir: str) -> dict | None:
+    """``target.json`` of a log directory (None when missing or unreadable, with a warning)."""
+    path = os.path.join(log_dir, META_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        return meta
+    except (OSError, ValueError) as err:
+        _warn(f"tuning log {path}: unreadable ({err}); the target is taken from the records")
+        return None
+
+
+def _json_lines(path: str):
+    """(line number, parsed JSON or None, error) for every non-empty line."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line), None
+            except ValueError as err:
+                yield lineno, None, err
+
+
+@dataclass
+class LogRecords:
+    """The usable records of one log directory: per workload, its records best first."""
+
+    log_dir: str
+    meta: dict | None
+    records: list = field(default_factory=list)  # [(workload, [(secs, raw JSON, "file:line"), ...])]
+    bad_lines: list = field(default_factory=list)  # ["file:line (why)"]
+
+
+def read_log(log_dir: str) -> LogRecords:
+    """Read a log directory line by line: good lines are kept, bad ones are listed. Records stay
+    JSON (best first per workload) until used: parsing all of them (TVM's TuningRecord.from_json,
+    35 ms each here) made every compile with a shipped log 10 s slower."""
+    out = LogRecords(log_dir, read_meta(log_dir))
+    wl_path, rec_path = os.path.join(log_dir, WORKLOAD_FILE), os.path.join(log_dir, RECORD_FILE)
+    workloads = _read_workloads(wl_path, out.bad_lines)
+    by_workload: dict[int, list] = {}
+    for lineno, obj, err in _json_lines(rec_path):
+        if err is None:
+            try:
+                index = int(obj[0])
+                if not 0 <= index < len(workloads) or workloads[index] is None:
+                    raise ValueError(f"workload {index} missing or corrupt")
+                secs = mean_secs(obj[1][1])  # [trace, run_secs, target, args_info]
+            except (LookupError, TypeError, ValueError) as parse_err:  # JSON of another shape
+                err = parse_err
+        if err is not None:
+            out.bad_lines.append(f"{rec_path}:{lineno} ({short_error(err)})")
+            continue
+        if secs < 1e9:  # MetaSchedule stores 1e10 for candidates that failed to build or run
+            by_workload.setdefault(index, []).append((secs, obj[1], f"{rec_path}:{lineno}"))
+    for index, recs in by_workload.items():
+        recs.sort(key=lambda r: r[0])
+        out.records.append((workloads[index], recs))
+    return out
+
+
+def _read_workloads(path: str, bad_lines: list) -> list:
+    """The workloads of ``database_workload.json``, in order (None for a corrupt line, which is
+    listed in ``bad_lines``)."""
+    from tvm.s_tir.meta_schedule.database import Workload  # pylint: disable=import-outside-toplevel
+
+    workloads: list = []
+    for lineno, obj, err in _json_lines(path):
+        workload = None
+        if err is None:
+            try:
+                workload = Workload.from_json(obj)
+            except TVM_ERRORS as parse_err:
+                err = parse_err
+        if workload is None:
+            bad_lines.append(f"{path}:{lineno} ({short_error(err)})")
+        workloads.append(workload)
+    return workloads
+
+
+def _parse_record(raw, workload):
+    """A TuningRecord from its JSON (raise on a corrupt one)."""
+    from tvm.s_tir.meta_schedule.database import TuningRecord  # pylint: disable=import-outside-toplevel
+
+    return TuningRecord.from_json(raw, workload)
+
+
+def _replays(record, where: str) -> bool:
+    """Whether ``record``'s schedule replays on its workload (the reason at debug level when not)."""
+    from tvm import s_tir  # pylint: disable=import-outside-toplevel
+
+    try:
+        sch = s_tir.Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        return True
+    except TVM_ERRORS as err:
+        logger.debug("%s: the schedule does not replay: %s", where, short_error(err))
+        return False
+
+
+def _log_target_meta(logs: LogRecords) -> dict | None:
+    """The log's ``target.json``, else a description of its records' target (a log written by
+    MetaSchedule alone), else None."""
+    if logs.meta is not None and logs.meta.get("family"):
+        return logs.meta
+    for _, records in logs.records:
+        for _, raw, where in records:
+            try:
+                if raw[2] is not None:
+                    return describe_target(tvm.target.Target(raw[2]))
+            except (LookupError, *TVM_ERRORS) as err:
+                logger.debug("%s: no target read from the record: %s", where, short_error(err))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The database compile applies
+# --------------------------------------------------------------------------------------------
+
+_CACHE: dict = {}  # (log dir, its files' stamps) -> LogRecords
+_LOADED: dict = {}  # load_logs' arguments and this process's state -> ((database, sources), warnings)
+
+
+def load_logs(target, dirs=None, *, shipped: bool = True):
+    """A MetaSchedule database with the best usable record per workload from ``dirs`` (and the
+    shipped logs of ``target``'s family when ``shipped``); None when there is none."""
+    return load_with_sources(target, dirs, shipped)[0]
+
+
+def load_with_sources(target, dirs, shipped):
+    """(database, {workload key: log dir}), cached per process on the logs' files and the
+    target's family and features; the warnings are given again on every call."""
+    target = resolve_target(target)
+    if isinstance(dirs, (str, os.PathLike)):
+        dirs = [dirs]
+    candidates = [(os.fspath(d), True) for d in (dirs or [])]
+    if shipped:
+        candidates.append((shipped_log_dir(target), False))
+    key = (
+        tuple((os.path.abspath(d), explicit, _stamp(d)) for d, explicit in candidates),
+        target_family(target),
+        tuple(target_features(target)),
+        SHIPPED_POOLING_RECORDS,
+        runtime_threads(),
+    )
+    if key not in _LOADED:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loaded = _load_uncached(target, candidates)
+        _LOADED[key] = (loaded, [str(w.message) for w in caught if issubclass(w.category, TuningLogWarning)])
+    loaded, messages = _LOADED[key]
+    for message in messages:
+        _warn(message)
+    return loaded
+
+
+def _stamp(log_dir: str) -> tuple:
+    paths = [os.path.join(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
+    return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) if os.path.exists(p) else None for p in paths)
+
+
+def _read_cached(log_dir: str) -> LogRecords:
+    key = (os.path.abspath(log_dir), _stamp(log_dir))
+    if key not in _CACHE:
+        _CACHE[key] = read_log(log_dir)
+    return _CACHE[key]
+
+
+def _usable_log(log_dir: str, explicit: bool, target) -> tuple[LogRecords, dict] | None:
+    """The log in ``log_dir`` and its target's description, when it may be applied to
+    ``target``; None (with a warning saying why, for a log the user named) when not."""
+    if not os.path.isdir(log_dir):
+        if explicit:
+            _warn(f"tuning log {log_dir}: not a directory; not used")
+        return None
+    if not any(os.path.exists(os.path.join(log_dir, f)) for f in (WORKLOAD_FILE, RECORD_FILE)):
+        if explicit:
+            _warn(f"tuning log {log_dir}: no {WORKLOAD_FILE} / {RECORD_FILE}; not used")
+        return None
+    try:
+        logs = _read_cached(log_dir)
+    except OSError as err:
+        _warn(f"tuning log {log_dir}: unreadable ({err}); not used")
+        return None
+    if logs.bad_lines:
+        shown = "; ".join(logs.bad_lines[:3]) + (f"; ... {len(logs.bad_lines) - 3} more" if len(logs.bad_lines) > 3 else "")
+        _warn(f"tuning log {log_dir}: {len(logs.bad_lines)} corrupt line(s) skipped, its other records are used: {shown}")
+    meta = _log_target_meta(logs)
+    if meta is None:
+        if logs.records:
+            _warn(f"tuning log {log_dir}: no {META_FILE} and no target in its records; not used")
+        return None
+    why = mismatch(meta, target)
+    if why is not None:
+        _warn(f"tuning log {log_dir}: {why}; not used")
+        return None
+    return logs, meta
+
+
+def _best_replaying(log_dir: str, workload, records):
+    """(secs, TuningRecord) of the fastest of a workload's records that parses and replays."""
+    for secs, raw, where in records:
+        try:
+            record = _parse_record(raw, workload)
+        except TVM_ERRORS as err:
+            _warn(f"tuning log {log_dir}: corrupt record skipped, the others are used: {where} ({short_error(err)})")
+            continue
+        if _replays(record, where):
+            return secs, record
+        _warn(f"tuning log {log_dir}: a schedule that does not replay on its workload skipped: {where}")
+    return None
+
+
+def _load_uncached(target, candidates):
+    from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord  # pylint: disable=import-outside-toplevel
+
+    best: dict = {}  # structural key -> (secs, record, log dir)
+    for log_dir, explicit in candidates:
+        usable = _usable_log(log_dir, explicit, target)
+        if usable is None:
+            continue
+        logs, meta = usable
+        pooling_applies = explicit or (SHIPPED_POOLING_RECORDS and tuned_threads(meta) == {runtime_threads()})
+        for workload, records in logs.records:
+            if not pooling_applies and is_pooling(workload.mod):
+                continue
+            key = tvm_ffi_key(workload.mod)
+            if key in best and best[key][0] <= records[0][0]:
+                continue
+            good = _best_replaying(log_dir, workload, records)
+            if good is not None:
+                best[key] = (good[0], good[1], log_dir)
+    if not best:
+        return None, {}
+    database = MemoryDatabase()
+    for _, record, _ in best.values():
+        workload = database.commit_workload(record.workload.mod)
+        database.commit_tuning_record(
+            TuningRecord(record.trace, workload, record.run_secs, record.target, record.args_info)
+        )
+    return database, {key: log_dir for key, (_, _, log_dir) in best.items()}

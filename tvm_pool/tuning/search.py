@@ -1,0 +1,64 @@
+"""``tune``: plan the run, search the pooling tasks exhaustively and the others with
+MetaSchedule's evolutionary search, then record the run in the log's ``target.json``."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import tvm
+
+from ..targets import describe_target
+from . import evolutionary, pooling
+from .measure import in_process_builder, make_runner
+from .meta import Run, TuneResult, fmt_secs, write_meta
+from .plan import plan as plan_run
+
+
+def tune(  # pylint: disable=too-many-arguments
+    mod: tvm.IRModule,
+    target="host",
+    *,
+    trials: int = 64,
+    log_dir: str | None = None,
+    rpc=None,
+    trials_per_iter: int | None = None,
+    seed: int | None = 0,
+    source: str = "",
+    progress=None,
+    time_budget_s: float | None = None,
+) -> TuneResult:
+    """Tune every task of the Relax module ``mod`` for ``target`` and write the log.
+
+    ``trials``: measurements for the evolutionary search over the non-pooling tasks (pooling
+    tasks are searched exhaustively on top). ``log_dir``: where the database goes (default
+    ``./tuning_logs/<family>``); an existing log there is extended. ``rpc``: measure on a
+    device registered with TVM's RPC tracker, ``{"tracker": "HOST:PORT", "key": KEY}``; the
+    builder then cross-compiles with the target's toolchain (required for another CPU's target),
+    and :func:`~tvm_pool.tuning.measure.rpc_device` checks the tracker first
+    (``TuneResult.emulated`` says when the device is :mod:`tvm_pool.emulation`'s, whose timings
+    are not hardware time). ``progress``: a callable taking one line (default: print to
+    stderr). ``time_budget_s``: stop the search after this long (the trials measured so far are
+    in the log).
+    """
+    from tvm.s_tir.meta_schedule.database import JSONDatabase  # pylint: disable=import-outside-toplevel
+
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    plan = plan_run(mod, target, trials=trials, log_dir=log_dir, rpc=rpc, budget_s=time_budget_s)
+    say(plan.summary(source, trials))
+    counter = evolutionary.BatchCounter(say)
+    builder, runner = in_process_builder(plan.fcompile), make_runner(rpc, on_batch=counter)
+    database = JSONDatabase(work_dir=plan.log_dir)
+    results = pooling.tune_pools(plan, builder, runner, database, say)
+    stopped = "interrupted"  # unless the search returns: Ctrl-C or an error, the log written still
+    try:
+        evolutionary.search(plan, trials, builder, runner, database, say, results, counter=counter,
+                            trials_per_iter=trials_per_iter, seed=seed)
+        stopped = "time budget" if plan.deadline and time.time() >= plan.deadline else None
+    finally:
+        seconds = time.time() - plan.start
+        measured = sum(r.trials for r in results)
+        write_meta(plan.log_dir, plan.target, Run(source, trials, measured, seconds, bool(rpc), threads=plan.threads,
+                                                  emulated=plan.emulated, stopped=stopped))
+    say(f"wrote {plan.log_dir}: {measured} measurements in {fmt_secs(seconds)}")
+    return TuneResult(plan.log_dir, describe_target(plan.target), results, seconds, measured, plan.emulated)
