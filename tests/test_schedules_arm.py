@@ -15,7 +15,7 @@ from tvm import relax, te
 
 import tvm_pool
 from tvm_pool import compute, relax_ops
-from tvm_pool.schedules import arm, cpu_passes, rules_for, strided_loads
+from tvm_pool.schedules import arm, cpu_passes, rules_for, strided_loads, x86
 from tvm_pool.targets import has_fullfp16, is_aarch64, is_x86, resolve_target
 
 from oracles import pool_model
