@@ -55,7 +55,6 @@ candidates and the MetaSchedule custom rule (:mod:`.meta_schedule`, target keys 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import tvm
@@ -145,29 +144,6 @@ class Pool(ScheduleRule):
             return sch
         return None
 
-    def candidates(self, base: s_tir.Schedule, target: Target) -> list:
-        """``[(label, schedule)]`` for every knob of the family that schedules, structural
-        duplicates dropped (their labels joined with " = "), the hand-written one first."""
-        config = self.config(target)
-        return _distinct((label, self.schedule(base, dataclasses.replace(config, **overrides)))
-                         for label, overrides in self.knobs())
-
-
-def _distinct(labelled) -> list:
-    """``[(label, schedule)]`` without the None schedules, structural duplicates joined."""
-    import tvm_ffi  # pylint: disable=import-outside-toplevel
-
-    found = []  # [([labels], schedule)]
-    for label, sch in labelled:
-        if sch is None:
-            continue
-        same = next((f for f in found if tvm_ffi.structural_equal(f[1].mod, sch.mod)), None)
-        if same is not None:
-            same[0].append(label)
-        else:
-            found.append(([label], sch))
-    return [(" = ".join(labels), sch) for labels, sch in found]
-
 
 def schedule_function(sch: s_tir.Schedule, config: CpuConfig, level: int = FULL) -> None:
     """Schedule every pooling reduction of the function in ``sch`` (and its fused blocks)."""
@@ -233,7 +209,3 @@ def _parallelize_rest(sch: s_tir.Schedule, config: CpuConfig) -> None:
         except analysis.SCHEDULE_ERRORS as err:
             logger.debug("%s stays serial: %s", block.name_hint, err)
 
-
-# TEMPORARY (until cuda.py stops importing them from here)
-_loop_extent = analysis.loop_extent
-_product = analysis.product
