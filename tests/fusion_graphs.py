@@ -166,7 +166,6 @@ class _Builder:
         attrs = {"kernel_shape": kernel}
         if rng.random() < 0.75:
             attrs["strides"] = [int(rng.integers(1, 4)) for _ in range(rank)]
-        strides = attrs.get("strides", [1] * rank)
         auto_pad = str(rng.choice(["NOTSET"] * 4 + ["SAME_UPPER", "SAME_LOWER", "VALID"]))
         dil = [1] * rank
         if auto_pad in ("NOTSET", "VALID") and rng.random() < 0.3:

@@ -55,7 +55,8 @@ def pool_model(
 
 
 def run_tvm_pool(model: onnx.ModelProto, feeds: dict, *, shape_dict=None, schedule=True, target="llvm", device=None):
-    """Compile ``model`` for ``target`` and run it on ``device`` (default: the CPU)."""
+    """Compile ``model`` for ``target`` and run it on ``device`` (default: the CPU); the outputs
+    in the graph's order (:func:`by_name` names them)."""
     import tvm
     from tvm import relax
 
@@ -71,6 +72,11 @@ def run_tvm_pool(model: onnx.ModelProto, feeds: dict, *, shape_dict=None, schedu
     result = vm["main"](*[tvm.runtime.tensor(feeds[n], device) for n in names])
     result = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
     return [r.numpy() for r in result]
+
+
+def by_name(model: onnx.ModelProto, outputs) -> dict:
+    """``outputs`` (a runner's, in the graph's order) by the model's output names."""
+    return {o.name: r for o, r in zip(model.graph.output, outputs)}
 
 
 def run_onnxruntime(model: onnx.ModelProto, feeds: dict):

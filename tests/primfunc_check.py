@@ -22,6 +22,7 @@ from tvm import tirx
 import tvm_pool
 from tvm_pool.schedules import rules_for
 from tvm_pool.targets import resolve_target
+from helpers import tolerance
 
 
 @dataclasses.dataclass
@@ -159,10 +160,6 @@ def run_alone(func: tirx.PrimFunc, target, arrays):
     return [t.numpy() for t in tensors]
 
 
-def _tolerance(dtype) -> float:
-    return {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-10}.get(str(dtype), 0)
-
-
 def _differs(got, want) -> str:
     if got.shape != want.shape:
         return f"shape {got.shape} vs {want.shape}"
@@ -173,8 +170,8 @@ def _differs(got, want) -> str:
             return f"{int(bad.sum())} of {bad.size} differ, first at {first}: scheduled {got[first]} unscheduled {want[first]}"
         return ""
     g, w = got.astype(np.float64), want.astype(np.float64)
-    tol = _tolerance(got.dtype.name)
-    ok = np.isclose(g, w, rtol=tol, atol=tol, equal_nan=True)
+    rtol, atol = tolerance(got.dtype.name, "unscheduled")
+    ok = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
     if ok.all():
         return ""
     bad = ~ok

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import onnx
 import openvino as ov
 import pytest
 import torch
@@ -24,13 +23,9 @@ from tvm import relax
 import tvm_pool
 from tvm_pool import relax_ops
 from tvm_pool.errors import InvalidModelError
+from helpers import compile_vm
 
 _CORE = ov.Core()
-
-
-def _compile(mod):
-    ex = tvm_pool.compile(mod, "llvm")
-    return relax.VirtualMachine(ex, tvm.cpu())
 
 
 def _build(emit, x_shape, dtype="float32", size_len=None, size_dtype="int64"):
@@ -111,7 +106,7 @@ def test_adaptive_max_vs_torch_and_openvino(shape, size):
         x = _input(shape, len(shape) * 31 + sum(size), ties)
         tv, ti = _torch_max(x, size)
         for index_type in ("i64", "i32"):
-            vm = _compile(_build(lambda bb, xv: relax_ops.adaptive_max_pool(bb, xv, size, index_type), shape))
+            vm = compile_vm(_build(lambda bb, xv: relax_ops.adaptive_max_pool(bb, xv, size, index_type), shape))
             v, i = (t.numpy() for t in vm["main"](tvm.runtime.tensor(x)))
             assert i.dtype == {"i64": np.int64, "i32": np.int32}[index_type]
             np.testing.assert_array_equal(v, tv)
@@ -125,7 +120,7 @@ def test_adaptive_max_vs_torch_and_openvino(shape, size):
 def test_adaptive_max_nan_propagates():
     x = _input([1, 1, 6, 6], 3)
     x[0, 0, 1, 4] = np.nan
-    vm = _compile(_build(lambda bb, xv: relax_ops.adaptive_max_pool(bb, xv, [2, 2]), x.shape))
+    vm = compile_vm(_build(lambda bb, xv: relax_ops.adaptive_max_pool(bb, xv, [2, 2]), x.shape))
     v, i = (t.numpy() for t in vm["main"](tvm.runtime.tensor(x)))
     tv, ti = _torch_max(x, [2, 2])
     np.testing.assert_array_equal(v, tv)  # assert_array_equal treats NaN == NaN
@@ -137,7 +132,7 @@ def test_adaptive_max_runtime_output_size(size_dtype):
     """One compiled module serves several output sizes given at run time."""
     x = _input([2, 3, 9, 7], 5)
     mod = _build(lambda bb, xv, s: relax_ops.adaptive_max_pool(bb, xv, s, "i32"), x.shape, size_len=2, size_dtype=size_dtype)
-    vm = _compile(mod)
+    vm = compile_vm(mod)
     for size in ([4, 3], [12, 1], [9, 7]):
         v, i = (t.numpy() for t in vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(size, size_dtype))))
         assert v.shape == (2, 3, *size)
@@ -151,7 +146,7 @@ def test_adaptive_max_runtime_output_size(size_dtype):
 
 def test_adaptive_max_runtime_output_size_3d():
     x = _input([1, 2, 5, 4, 6], 6)
-    vm = _compile(_build(lambda bb, xv, s: relax_ops.adaptive_max_pool(bb, xv, s), x.shape, size_len=3))
+    vm = compile_vm(_build(lambda bb, xv, s: relax_ops.adaptive_max_pool(bb, xv, s), x.shape, size_len=3))
     for size in ([2, 3, 4], [7, 1, 5]):
         v, i = (t.numpy() for t in vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(size, "int64"))))
         tv, ti = _torch_max(x, size)
@@ -167,7 +162,7 @@ def test_adaptive_max_runtime_output_size_3d():
 @pytest.mark.parametrize("shape,size", CASES)
 def test_adaptive_avg_vs_torch_and_openvino(shape, size):
     x = _input(shape, 17 + sum(shape))
-    vm = _compile(_build(lambda bb, xv: relax_ops.adaptive_avg_pool(bb, xv, size), shape))
+    vm = compile_vm(_build(lambda bb, xv: relax_ops.adaptive_avg_pool(bb, xv, size), shape))
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, _torch_avg(x, size), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, _openvino("avg", x, size)[0], rtol=1e-5, atol=1e-6)
@@ -175,12 +170,12 @@ def test_adaptive_avg_vs_torch_and_openvino(shape, size):
 
 def test_adaptive_avg_runtime_output_size_and_float16():
     x = _input([2, 3, 10, 7], 8)
-    vm = _compile(_build(lambda bb, xv, s: relax_ops.adaptive_avg_pool(bb, xv, s), x.shape, size_len=2))
+    vm = compile_vm(_build(lambda bb, xv, s: relax_ops.adaptive_avg_pool(bb, xv, s), x.shape, size_len=2))
     for size in ([3, 4], [11, 2]):
         got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(size, "int64"))).numpy()
         np.testing.assert_allclose(got, _torch_avg(x, size), rtol=1e-5, atol=1e-6)
     x16 = x.astype(np.float16)
-    vm = _compile(_build(lambda bb, xv: relax_ops.adaptive_avg_pool(bb, xv, [3, 4]), x.shape, "float16"))
+    vm = compile_vm(_build(lambda bb, xv: relax_ops.adaptive_avg_pool(bb, xv, [3, 4]), x.shape, "float16"))
     got = vm["main"](tvm.runtime.tensor(x16)).numpy()
     assert got.dtype == np.float16
     want = _torch_avg(x16.astype(np.float32), [3, 4])
@@ -205,7 +200,7 @@ def test_relax_adaptive_avg_pool_legalized(rank, shape, size, layout):
     scripts = "".join(f.script() for _, f in legalized.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
     assert ('"adaptive_avg_sum"' in scripts) == (layout != "NHWC")
     x = _input(shape, 4)
-    got = _compile(mod)["main"](tvm.runtime.tensor(x)).numpy()
+    got = compile_vm(mod)["main"](tvm.runtime.tensor(x)).numpy()
     t = torch.from_numpy(x)
     if layout == "NHWC":
         t = t.permute(0, 3, 1, 2)
@@ -245,7 +240,7 @@ def test_onnx_adaptive_max_initializer(index_type):
     x = _input([2, 3, 7, 10], 11)
     model = _onnx_model("AdaptiveMaxPool", list(x.shape), [3, 4], ("Y", "I"), size_dtype=np.int32,
                         index_element_type=index_type)
-    v, i = (t.numpy() for t in _compile(tvm_pool.from_onnx(model))["main"](tvm.runtime.tensor(x)))
+    v, i = (t.numpy() for t in compile_vm(tvm_pool.from_onnx(model))["main"](tvm.runtime.tensor(x)))
     tv, ti = _torch_max(x, [3, 4])
     np.testing.assert_array_equal(v, tv)
     np.testing.assert_array_equal(i, ti)
@@ -256,12 +251,12 @@ def test_onnx_adaptive_max_initializer(index_type):
 def test_onnx_adaptive_runtime_size_and_single_output():
     x = _input([1, 2, 8, 5], 12)
     model = _onnx_model("AdaptiveMaxPool", list(x.shape), [2, 2], ("Y",), size_as_input=True)
-    vm = _compile(tvm_pool.from_onnx(model))
+    vm = compile_vm(tvm_pool.from_onnx(model))
     for size in ([2, 2], [9, 3]):
         v = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(size, np.int64))).numpy()
         np.testing.assert_array_equal(v, _torch_max(x, size)[0])
     model = _onnx_model("AdaptiveAvgPool", list(x.shape), [2, 2], size_as_input=True)
-    vm = _compile(tvm_pool.from_onnx(model))
+    vm = compile_vm(tvm_pool.from_onnx(model))
     for size in ([3, 2], [1, 6]):
         v = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array(size, np.int64))).numpy()
         np.testing.assert_allclose(v, _torch_avg(x, size), rtol=1e-5, atol=1e-6)

@@ -7,7 +7,7 @@ through TVM's RPC tracker with the emulated device as the board.
 Oracles: onnxruntime where it runs the node (MaxPool/AveragePool/LpPool/global pools/MaxUnpool in
 its dtypes), else tvm_pool's unscheduled compute built for this machine (custom-domain adaptive
 and TensorRT nodes, bfloat16, dtypes onnxruntime lacks), the reference the x86 tests check.
-Tolerances are those of the x86 tests. All cases run in one qemu process (Python + TVM start-up
+Tolerances: ``helpers.TOLERANCES["aarch64"]``. All cases run in one qemu process (Python + TVM start-up
 under qemu takes ~10 s).
 
 The device is built once into the cache (``$TVM_POOL_AARCH64_CACHE``, default
@@ -35,12 +35,12 @@ from tvm_pool import emulation
 from tvm_pool.cli.compile import export_compiler
 from tvm_pool.targets import resolve_target
 
+from helpers import CROSS_CXX, assert_matches, tolerance
 from oracles import IR_VERSION, pool_model, run_onnxruntime, run_tvm_pool
-from test_deploy import assert_matches, compile_demo, run_cpp_example
+from test_deploy import compile_demo, run_cpp_example
 from tuning_helpers import assert_applied, conv_pool_model, free_port, host_processes, start_tracker, tasks, wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
-CROSS_CXX = "aarch64-linux-gnu-g++"
 pytestmark = pytest.mark.skipif(shutil.which(CROSS_CXX) is None,
                                 reason=f"{CROSS_CXX} missing: apt-get install g++-aarch64-linux-gnu")
 
@@ -193,7 +193,8 @@ def cases():
 
 
 def _tolerance(dtype):
-    return {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}.get(str(dtype), (1e-5, 1e-6))
+    """The aarch64 runs' (rtol, atol); test_schedules_arm.py compares with these too."""
+    return tolerance(dtype, "aarch64")
 
 
 def _compile_arm(model, path, **compile_kwargs):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -16,40 +15,10 @@ from onnx import TensorProto, helper
 
 from tvm_pool import cli
 from tvm_pool.demo_model import demo_model
+from helpers import CROSS_CXX, EM_AARCH64, assert_matches, elf_machine, run_cli
+from oracles import by_name, run_onnxruntime
 
-ort = pytest.importorskip("onnxruntime")
-
-CROSS_CXX = "aarch64-linux-gnu-g++"
-EM_AARCH64 = 183
-
-
-def tvm_pool_command() -> list[str]:
-    """The installed console script when present (it is, after pip install -e .), else -m."""
-    script = Path(sys.executable).with_name("tvm-pool")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tvm_pool.cli"]
-
-
-def run_cli(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        tvm_pool_command() + list(args), capture_output=True, text=True, timeout=300, env=env
-    )
-
-
-def ort_outputs(model: onnx.ModelProto, inputs: dict) -> dict:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, session.run(names, inputs)))
-
-
-def assert_matches(got: dict, want: dict):
-    assert sorted(got) == sorted(want)
-    for name, ref in want.items():
-        assert got[name].shape == ref.shape, name
-        assert got[name].dtype == ref.dtype, name
-        if ref.dtype.kind in "iu":
-            np.testing.assert_array_equal(got[name], ref, err_msg=name)
-        else:
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
+pytest.importorskip("onnxruntime")
 
 
 def save_model(path: Path, nodes, inputs, outputs, opset=19, initializers=()) -> Path:
@@ -62,12 +31,6 @@ def save_model(path: Path, nodes, inputs, outputs, opset=19, initializers=()) ->
     return path
 
 
-def elf_machine(path) -> int:
-    header = Path(path).read_bytes()[:20]
-    assert header[:4] == b"\x7fELF", f"{path} is not an ELF file"
-    return int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The demo CNN saved as an ONNX file, its inputs as .npz, and onnxruntime's outputs."""
@@ -76,7 +39,8 @@ def demo(tmp_path_factory):
     onnx.save(model, root / "cnn.onnx")
     np.savez(root / "inputs.npz", **inputs)
     return types.SimpleNamespace(
-        root=root, model=model, onnx=root / "cnn.onnx", inputs=root / "inputs.npz", want=ort_outputs(model, inputs)
+        root=root, model=model, onnx=root / "cnn.onnx", inputs=root / "inputs.npz",
+        want=by_name(model, run_onnxruntime(model, inputs)),
     )
 
 
@@ -137,7 +101,8 @@ def test_symbolic_input_with_input_shapes(tmp_path, capsys):
     np.savez(tmp_path / "in.npz", x=x)
     assert cli.main(["-q", "run", str(so), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz")]) == 0
     with np.load(tmp_path / "o.npz") as got:
-        assert_matches({"y": got["y"]}, ort_outputs(onnx.load(model_path), {"x": x}))
+        model = onnx.load(model_path)
+        assert_matches({"y": got["y"]}, by_name(model, run_onnxruntime(model, {"x": x})))
     assert "y: float32[2, 4, 5, 4]" in capsys.readouterr().out
 
 
@@ -187,6 +152,34 @@ def test_inspect_names_the_schedule_rule_that_applies(demo, monkeypatch, capsys)
     assert "mtriple=x86_64-linux-gnu" in out
 
 
+def test_inspect_shows_a_rule_that_fails(demo, monkeypatch, capsys):
+    """A rule that fails on a node's function would fail compile too: inspect says why, rather
+    than "none"."""
+    from tvm.s_tir.dlight import ScheduleRule
+
+    from tvm_pool import schedules
+
+    class Broken(ScheduleRule):
+        def apply(self, func, target, tunable):
+            raise ValueError("cannot schedule this")
+
+    monkeypatch.setattr(schedules, "rules_for", lambda target: [Broken()])
+    assert cli.main(["inspect", str(demo.onnx)]) == 0
+    assert capsys.readouterr().out.count("schedule:  ? (cannot schedule this)") == 4
+
+
+def test_inspect_says_when_shape_inference_fails(demo, monkeypatch, capsys):
+    """inspect goes on with the declared shapes, and says on stderr why it has no others."""
+    def fail(*_args, **_kwargs):
+        raise onnx.shape_inference.InferenceError("[ShapeInferenceError] made up")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", fail)
+    assert cli.main(["inspect", str(demo.onnx)]) == 0
+    out, err = capsys.readouterr()
+    assert "tvm-pool: warning: ONNX shape inference failed ([ShapeInferenceError] made up)" in err
+    assert out.count("\n[") == 4 and "schedule:  ? (input shape unknown)" in out
+
+
 def test_demo_passes_and_prints_a_table(capsys):
     assert cli.main(["-q", "demo", "--repeat", "3"]) == 0
     out = capsys.readouterr().out
@@ -210,6 +203,47 @@ def test_bench_delegates_arguments(monkeypatch):
     monkeypatch.setitem(sys.modules, "tvm_pool.bench", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
     assert cli.main(["bench", "--quick", "-o", "x.json"]) == 0
     assert seen == [["--quick", "-o", "x.json"]]
+
+
+# --------------------------------------------------------------------------------------------
+# Tuning logs: warnings about the user's own files reach stderr, -q or not.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def truncated_log(tmp_path_factory):
+    """A pooling model and its tuning log (tvm-pool tune) with the last record cut in half, as
+    an interrupted write leaves it."""
+    root = tmp_path_factory.mktemp("tuning")
+    f = TensorProto.FLOAT
+    model = save_model(
+        root / "pool.onnx",
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+        [helper.make_tensor_value_info("x", f, [1, 8, 20, 20])], [helper.make_tensor_value_info("y", f, None)],
+    )
+    log = root / "log"
+    assert cli.main(["-q", "tune", str(model), "--trials", "0", "--log-dir", str(log)]) == 0
+    records = log / "database_tuning_record.json"
+    lines = records.read_text().splitlines()
+    records.write_text("\n".join(lines[:-1] + [lines[-1][: len(lines[-1]) // 2]]))
+    return types.SimpleNamespace(model=model, log=log, records=records)
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "quiet"])
+def test_compile_warns_about_a_truncated_tuning_log(truncated_log, quiet, tmp_path, capfd):
+    """The log's other records are used and the build succeeds, but stderr says which line of
+    which file was skipped: with -q too, which silences progress, not news of the user's files."""
+    so = tmp_path / "pool.so"
+    argv = ["compile", str(truncated_log.model), "-o", str(so), "--tuning-log", str(truncated_log.log)]
+    assert cli.main(["-q"] * quiet + argv) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith(f"wrote {so}") and so.exists()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    warned = [ln for ln in lines if ln.startswith(f"tvm-pool: warning: tuning log {truncated_log.log}:")]
+    assert len(warned) == 1 and f"{truncated_log.records}:" in warned[0], err
+    progress = [ln for ln in lines if ln.startswith("tvm-pool: [")]
+    assert len(progress) == (0 if quiet else 4), err
+    assert "Traceback" not in err
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,13 +16,13 @@ import pytest
 
 from tvm_pool import artifact
 from tvm_pool.demo_model import demo_model
+from helpers import CROSS_CXX, EM_AARCH64, assert_matches, elf_machine, run_cli
+from oracles import by_name, run_onnxruntime
 
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-EM_AARCH64 = 183
-CROSS_CXX = "aarch64-linux-gnu-g++"
 
 # Runs a script with TVM's runtime library only and tvm_pool made unimportable, then checks that
 # nothing of the compiler or of tvm_pool was loaded.
@@ -58,30 +58,14 @@ def compile_demo(root: Path, *target_args: str):
     onnx.save(model, root / "cnn.onnx")
     np.savez(root / "inputs.npz", **inputs)
     so = root / ("cnn.so" if not target_args else "cnn_" + target_args[-1] + ".so")
-    result = subprocess.run(
-        [sys.executable, "-m", "tvm_pool.cli", "-q", "compile", str(root / "cnn.onnx"), *target_args, "-o", str(so)],
-        capture_output=True, text=True, timeout=300,
-    )
+    result = run_cli("-q", "compile", str(root / "cnn.onnx"), *target_args, "-o", str(so))
     assert result.returncode == 0, result.stderr
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in model.graph.output]
-    want = dict(zip(names, session.run(names, inputs)))
-    return root, so, inputs, want
+    return root, so, inputs, by_name(model, run_onnxruntime(model, inputs))
 
 
 @pytest.fixture(scope="module")
 def artifact_so(tmp_path_factory):
     return compile_demo(tmp_path_factory.mktemp("deploy"))
-
-
-def assert_matches(got: dict, want: dict):
-    assert sorted(got) == sorted(want)
-    for name, ref in want.items():
-        assert got[name].shape == ref.shape and got[name].dtype == ref.dtype, name
-        if ref.dtype.kind in "iu":
-            np.testing.assert_array_equal(got[name], ref, err_msg=name)
-        else:
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
 def test_signature_travels_inside_the_artifact(artifact_so):
@@ -176,13 +160,8 @@ def test_cpp_binary_links_only_the_runtime(cpp_binary):
 def test_arm_artifact_is_aarch64_elf(artifact_so):
     root, _, _, _ = artifact_so
     so = root / "cnn_arm.so"
-    result = subprocess.run(
-        [sys.executable, "-m", "tvm_pool.cli", "-q", "compile", str(root / "cnn.onnx"), "--target", "arm", "-o", str(so)],
-        capture_output=True, text=True, timeout=300,
-    )
+    result = run_cli("-q", "compile", str(root / "cnn.onnx"), "--target", "arm", "-o", str(so))
     assert result.returncode == 0, result.stderr
-    header = so.read_bytes()[:20]
-    assert header[:4] == b"\x7fELF" and header[4] == 2  # ELF64
-    assert int.from_bytes(header[18:20], "little") == EM_AARCH64
+    assert elf_machine(so) == EM_AARCH64 and so.read_bytes()[4] == 2  # ELF64
     if shutil.which("file"):
         assert "aarch64" in subprocess.run(["file", str(so)], capture_output=True, text=True).stdout

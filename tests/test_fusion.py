@@ -21,49 +21,29 @@ import warnings
 
 import numpy as np
 import pytest
-import tvm
 from tvm import relax
 
 import tvm_pool
-from tvm_pool.targets import host_target
 from fusion_graphs import feeds, random_graph, to_model
-from oracles import run_onnxruntime
+from helpers import tolerance, x86_only
+from oracles import IR_VERSION, by_name, run_onnxruntime, run_tvm_pool
 from primfunc_check import check_module, check_pairs
-
-# This machine's own CPU: a fixed mcpu (znver5) can emit instructions the host lacks (SIGILL).
-X86 = host_target()
 
 GRAPHS_PER_MODEL = 12
 DEFAULT_MODELS = 25  # 300 graphs
 SLOW_MODELS = 250  # 3000 graphs
 
-
-def _host_is_x86():
-    return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
+pytestmark = x86_only
 
 
-pytestmark = pytest.mark.skipif(not _host_is_x86(), reason="x86 schedules run on an x86 host")
-
-
-def _tolerance(dtype: str) -> float:
-    return {"float32": 1e-5, "float16": 1e-2}[dtype]
-
-
-def run_tvm_pool(model, inputs, target=X86, schedule=True) -> dict:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = tvm_pool.from_onnx(model)
-    ex = tvm_pool.compile(mod, target=target, schedule=schedule)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    result = vm["main"](*[tvm.runtime.tensor(inputs[i.name]) for i in model.graph.input])
-    result = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
-    return {o.name: r.numpy() for o, r in zip(model.graph.output, result)}
+def run_ours(model, inputs, target, schedule=True) -> dict:
+    """tvm_pool's outputs of ``model`` built for ``target``, by output name."""
+    return by_name(model, run_tvm_pool(model, inputs, target=target, schedule=schedule))
 
 
 def run_oracle(graphs) -> dict:
     model = to_model(graphs, dtype="float32")
-    got = run_onnxruntime(model, feeds(graphs, "float32"))
-    return {o.name: r for o, r in zip(model.graph.output, got)}
+    return by_name(model, run_onnxruntime(model, feeds(graphs, "float32")))
 
 
 def compare(graph, ours: dict, want: dict) -> list[str]:
@@ -82,8 +62,8 @@ def compare(graph, ours: dict, want: dict) -> list[str]:
                                 f"{got[first]} vs onnxruntime {exp[first]}")
             continue
         g, w = got.astype(np.float64), exp.astype(np.float64)
-        tol = _tolerance(graph.dtype)
-        ok = np.isclose(g, w, rtol=tol, atol=tol)
+        rtol, atol = tolerance(graph.dtype, "onnxruntime")
+        ok = np.isclose(g, w, rtol=rtol, atol=atol)
         if not ok.all():
             with np.errstate(invalid="ignore"):
                 err = np.max(np.abs(g - w))
@@ -93,12 +73,12 @@ def compare(graph, ours: dict, want: dict) -> list[str]:
     return problems
 
 
-def diagnose(graph) -> str:
+def diagnose(graph, target) -> str:
     """Where a failing graph goes wrong: schedule=False, and the scheduled PrimFuncs alone."""
     lines = []
     model = to_model([graph])
     try:
-        plain = run_tvm_pool(model, graph.feeds(), schedule=False)
+        plain = run_ours(model, graph.feeds(), target, schedule=False)
         bad = compare(graph, plain, run_oracle([graph]))
         lines.append("schedule=False: " + ("also differs: " + "; ".join(bad) if bad else "matches onnxruntime"))
     except Exception as err:  # noqa: BLE001
@@ -106,7 +86,7 @@ def diagnose(graph) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            report = check_module(tvm_pool.from_onnx(model), X86, seed=graph.seed)
+            report = check_module(tvm_pool.from_onnx(model), target, seed=graph.seed)
         lines.append(f"scheduled PrimFuncs checked alone: {', '.join(report.checked) or 'none'}")
         if report.mismatches or report.unchecked:
             lines.append(report.summary())
@@ -117,16 +97,16 @@ def diagnose(graph) -> str:
     return "\n    ".join(lines)
 
 
-def check_graphs(seeds) -> None:
+def check_graphs(seeds, target) -> None:
     graphs = [random_graph(s) for s in seeds]
     want = run_oracle(graphs)
     try:
-        ours = run_tvm_pool(to_model(graphs), feeds(graphs))
+        ours = run_ours(to_model(graphs), feeds(graphs), target)
     except Exception:  # noqa: BLE001  (find the graph that does not compile)
         ours = {}
         for g in graphs:
             try:
-                ours.update(run_tvm_pool(to_model([g]), g.feeds()))
+                ours.update(run_ours(to_model([g]), g.feeds(), target))
             except Exception as err:  # noqa: BLE001
                 ours.update({name: f"{type(err).__name__}: {str(err)[:300]}" for name, _ in g.outputs})
     failures = []
@@ -134,7 +114,7 @@ def check_graphs(seeds) -> None:
         errors = [ours[n] for n, _ in g.outputs if isinstance(ours.get(n), str)]
         problems = [f"tvm_pool failed: {errors[0]}"] if errors else compare(g, ours, want)
         if problems:
-            failures.append(f"graph {g.describe()}\n    " + "\n    ".join(problems) + "\n    " + diagnose(g))
+            failures.append(f"graph {g.describe()}\n    " + "\n    ".join(problems) + "\n    " + diagnose(g, target))
     assert not failures, f"{len(failures)} of {len(graphs)} graphs differ from onnxruntime:\n" + "\n".join(failures)
 
 
@@ -143,14 +123,14 @@ def _batches(first_seed: int, count: int):
 
 
 @pytest.mark.parametrize("seeds", _batches(0, DEFAULT_MODELS), ids=lambda s: f"seeds{s[0]}-{s[-1]}")
-def test_fusion_differential(seeds):
-    check_graphs(seeds)
+def test_fusion_differential(seeds, host):
+    check_graphs(seeds, host)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seeds", _batches(100_000, SLOW_MODELS), ids=lambda s: f"seeds{s[0]}-{s[-1]}")
-def test_fusion_differential_large(seeds):
-    check_graphs(seeds)
+def test_fusion_differential_large(seeds, host):
+    check_graphs(seeds, host)
 
 
 def test_generator_covers_the_families():
@@ -176,7 +156,7 @@ def test_suite_catches_a_wrong_output():
     assert problems and name in problems[0]
 
 
-def test_primfunc_check_names_a_wrong_function():
+def test_primfunc_check_names_a_wrong_function(host):
     """The per-PrimFunc checker is not vacuous: a "scheduled" function computing something else
     is reported under its symbol and buffer; an identical one is not."""
     from tvm import te  # pylint: disable=import-outside-toplevel
@@ -184,7 +164,7 @@ def test_primfunc_check_names_a_wrong_function():
     a = te.placeholder((4, 8), "float32", name="a")
     plain = te.create_prim_func([a, te.compute((4, 8), lambda i, j: a[i, j] + 1, name="out")])
     wrong = te.create_prim_func([a, te.compute((4, 8), lambda i, j: a[i, j] * 2, name="out")])
-    report = check_pairs([("fused_pool_concat", plain, wrong), ("same", plain, plain)], X86)
+    report = check_pairs([("fused_pool_concat", plain, wrong), ("same", plain, plain)], host)
     assert report.checked == ["fused_pool_concat", "same"]
     assert [(m.symbol, m.param) for m in report.mismatches] == [("fused_pool_concat", "out")]
     assert "fused_pool_concat" in report.summary()
@@ -196,8 +176,6 @@ def _block_sum_graphs():
     before, a Concat with a branch, an Add with a branch and the pool used twice, a consumer."""
     import onnx  # pylint: disable=import-outside-toplevel
     from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
-
-    from oracles import IR_VERSION  # pylint: disable=import-outside-toplevel
 
     f = TensorProto.FLOAT
     avg = dict(kernel_shape=[64], strides=[32])
@@ -228,10 +206,10 @@ def _block_sum_graphs():
     return model, data
 
 
-def test_block_sums_in_fused_graphs():
+def test_block_sums_in_fused_graphs(host):
     model, data = _block_sum_graphs()
-    want = dict(zip([o.name for o in model.graph.output], run_onnxruntime(model, data)))
-    ours = run_tvm_pool(model, data)
+    want = by_name(model, run_onnxruntime(model, data))
+    ours = run_ours(model, data, host)
     for name, exp in want.items():
         np.testing.assert_allclose(ours[name], exp, rtol=1e-5, atol=1e-5, err_msg=name)
     with warnings.catch_warnings():
@@ -239,5 +217,5 @@ def test_block_sums_in_fused_graphs():
         mod = tvm_pool.from_onnx(model)
     assert "_blocks" in relax.transform.LegalizeOps(
         customize_legalize_map=tvm_pool.lowering.legalize_map())(mod).script()  # the block form is what runs
-    report = check_module(mod, X86, seed=5)
+    report = check_module(mod, host, seed=5)
     assert report.checked and not report.mismatches and not report.unchecked, report.summary()

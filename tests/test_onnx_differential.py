@@ -343,7 +343,7 @@ def test_differential_negative_same_pad_large(case, seed):
 
 def _block_window_cases(count: int, seed: int):
     """Long strided windows made of whole strides on the innermost axis (kernel = m x stride,
-    stride > 16): the sums that compute.pool._block_sums builds from stride-long blocks.
+    stride > 16): the sums that compute.window_reduce._block_sums builds from stride-long blocks.
     Average (padding counted or not, ceil_mode) and Lp, 1-D and 2-D (kernel 1 on the other
     axis), random padding."""
     rng = np.random.default_rng(seed)

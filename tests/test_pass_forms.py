@@ -2,8 +2,8 @@
 (NaN against the spec transcription), scheduled and not, and their schedule's structure:
 
 - long stride-1 max windows on the innermost axis, reduced by doubling
-  (compute.pool._doubling_passes);
-- global pools over small planes, reduced as one contiguous row (compute.pool._flat_plane_passes);
+  (compute.window_reduce._doubling_passes);
+- global pools over small planes, reduced as one contiguous row (compute.window_reduce._flat_plane_passes);
 - long strided windows over contiguous taps, reduced into lanes of partial results first
   (schedules.cpu_reduction._vector_partial_sums)."""
 
@@ -193,5 +193,5 @@ def test_vector_partial_sums_schedule():
     sch = s_tir.Schedule(te.create_prim_func([x, y]))
     cpu.schedule_function(sch, rule_for(host_target()).config(host_target()))
     script = sch.mod["main"].script()
-    # k64 s32 is summed in 32-tap blocks (compute.pool._block_sums), each block in partial sums
+    # k64 s32 is summed in 32-tap blocks (compute.window_reduce._block_sums), each block in partial sums
     assert "avg_pool_sum_blocks_rf" in script and "T.vectorized(8)" in script

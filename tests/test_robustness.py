@@ -15,7 +15,6 @@ import sys
 import time
 import types
 import warnings
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -23,12 +22,12 @@ import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from tvm import relax
 
 import tvm_pool
 from tvm_pool import artifact, cli, spec
 from tvm_pool.cli import compile as cli_compile
 from tvm_pool.compute.pool import _may_see_no_data
+from helpers import compile_vm
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -54,13 +53,6 @@ def import_error(model) -> str:
     message = str(info.value)
     assert "\n" not in message
     return message
-
-
-def compile_vm(model):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ex = tvm_pool.compile(tvm_pool.from_onnx(model), "llvm")
-    return relax.VirtualMachine(ex, tvm.cpu())
 
 
 def _child(argv, err_path):
@@ -213,7 +205,9 @@ def test_adaptive_runtime_output_size_is_checked(op):
         [tensor("x", F, [1, 2, 8, 8]), tensor("s", I64, [2])], [tensor(o, F, None) for o in outs],
         opsets=(("", 19), ("tvm_pool", 1)),
     )
-    vm = compile_vm(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vm = compile_vm(tvm_pool.from_onnx(model))
     x = tvm.runtime.tensor(np.random.default_rng(0).random((1, 2, 8, 8), np.float32))
     prefix = f"node 'ap' (tvm_pool::{op}-1): input output_size"
     cases = {

@@ -17,10 +17,9 @@ from tvm import s_tir, te, tirx, topi
 from tvm_pool import compute
 from tvm_pool.schedules import analysis, x86
 from tvm_pool.targets import host_target
+from helpers import x86_only
 
-pytestmark = pytest.mark.skipif(
-    "x86" not in str(tvm.target.codegen.llvm_get_system_triple()), reason="x86 schedules run on an x86 host"
-)
+pytestmark = x86_only
 
 TARGET = host_target()  # runnable here whatever the CPU; AVX2/AVX-512 variants in test_schedules_x86.py
 

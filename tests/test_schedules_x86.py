@@ -15,6 +15,7 @@ import tvm_pool
 from tvm_pool import relax_ops
 from tvm_pool.schedules import cpu, rules_for, x86
 from tvm_pool.targets import host_target
+from helpers import host_is_x86 as _host_is_x86
 
 # Targets the rule is asked about (compile only) ...
 AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -23,10 +24,6 @@ AVX2 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell", "num-c
 # instructions this CPU lacks (znver5 code uses AVX-VNNI, which a znver4 host does not have:
 # SIGILL), so runs never use a CPU name other than the host's.
 RUN = host_target()
-
-
-def _host_is_x86():
-    return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
 
 
 pytestmark = pytest.mark.skipif(not _host_is_x86(), reason="x86 schedules run on an x86 host")
@@ -177,7 +174,7 @@ def test_separable_passes_chosen():
     assert chain.axes == [0, 1]
     (chain,) = chains([1, 3, 3], [1, 2, 2], shape=(1, 2, 4, 20, 20))
     assert chain.axes == [1, 2]  # the 1-tap axis has no pass
-    (chain,) = chains([2, 2], [2, 2])  # no overlap: one pass of all 4 taps (compute.pool.few_taps)
+    (chain,) = chains([2, 2], [2, 2])  # no overlap: one pass of all 4 taps (compute.forms.few_taps)
     assert chain.axes == [1]
     (chain,) = chains([3, 1], [1, 1])  # one windowed axis: a single pass
     assert chain.axes == [0]

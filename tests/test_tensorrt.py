@@ -15,7 +15,6 @@ import re
 from fractions import Fraction
 
 import numpy as np
-import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper
@@ -24,14 +23,10 @@ from tvm import relax
 import tvm_pool
 from tvm_pool import relax_ops
 from tvm_pool.errors import InvalidModelError
+from helpers import compile_vm
 
 MODES = ["EXPLICIT_ROUND_DOWN", "EXPLICIT_ROUND_UP", "SAME_UPPER", "SAME_LOWER", "CAFFE_ROUND_DOWN", "CAFFE_ROUND_UP"]
 TYPES = ["MAX", "AVERAGE", "MAX_AVERAGE_BLEND"]
-
-
-def _compile(mod):
-    ex = tvm_pool.compile(mod, "llvm")
-    return relax.VirtualMachine(ex, tvm.cpu())
 
 
 def _run_relax(x, **kwargs):
@@ -41,7 +36,7 @@ def _run_relax(x, **kwargs):
         with bb.dataflow():
             out = bb.emit_output(relax_ops.tensorrt_pool(bb, xv, **kwargs))
         bb.emit_func_output(out)
-    return _compile(bb.get())["main"](tvm.runtime.tensor(x)).numpy()
+    return compile_vm(bb.get())["main"](tvm.runtime.tensor(x)).numpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +245,7 @@ def test_onnx_tensorrt_pooling():
         post_padding=[2, 1], padding_mode="CAFFE_ROUND_UP", blend_factor=0.3, average_count_excludes_padding=0,
     )
     mod = tvm_pool.from_onnx(_onnx_model(list(x.shape), **attrs))
-    got = _compile(mod)["main"](tvm.runtime.tensor(x)).numpy()
+    got = compile_vm(mod)["main"](tvm.runtime.tensor(x)).numpy()
     want = reference(x, "MAX_AVERAGE_BLEND", [3, 2], [2, 2], [1, 0], [2, 1], "CAFFE_ROUND_UP", 0.3, False)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -308,6 +303,6 @@ def test_block_kinds():
     for _, func in bb.get().functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
             kinds.update(re.findall(r'"tvm_pool\.kind": "(\w+)"', func.script()))
-    # 3x3 stride 1 windows overlap: max and sum run as separable passes (compute.pool.separable);
+    # 3x3 stride 1 windows overlap: max and sum run as separable passes (compute.forms.separable);
     # the sum's passes read an int32 copy of the int8 data (block kind "pad")
     assert kinds == {"pad", "trt_max", "trt_max_pass", "trt_avg_sum", "trt_avg_sum_pass", "trt_finalize"}

@@ -21,17 +21,13 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-import tvm
 from onnx import helper, numpy_helper
-from tvm import relax
 
 import tvm_pool
-from tvm_pool.targets import host_target
-from oracles import IR_VERSION, run_onnxruntime
+from tvm_pool.demo_model import demo_model
+from helpers import x86_only
+from oracles import IR_VERSION, run_onnxruntime, run_tvm_pool
 from primfunc_check import check_module
-
-# This machine's own CPU: a fixed mcpu (znver5) can emit instructions the host lacks (SIGILL).
-X86 = host_target()
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(os.path.join(LIGHT_DIR, "light_*.onnx")))
@@ -45,12 +41,7 @@ LIGHT_MODELS = sorted(os.path.basename(p)[: -len(".onnx")] for p in glob.glob(os
 # the pattern of the fusion bug), at a quarter of inception_v2's compile time.
 DEFAULT_LIGHT = ("light_squeezenet", "light_shufflenet")
 
-
-def _host_is_x86():
-    return "x86" in str(tvm.target.codegen.llvm_get_system_triple())
-
-
-pytestmark = pytest.mark.skipif(not _host_is_x86(), reason="x86 schedules run on an x86 host")
+pytestmark = x86_only
 
 
 def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
@@ -125,27 +116,6 @@ def light_model(name: str):
     return model, inputs
 
 
-def demo_model():
-    """The demo CNN (tvm_pool.demo_model if it moved there, else the CLI's builder)."""
-    try:
-        from tvm_pool.demo_model import demo_model as build  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        from tvm_pool.cli import demo_model as build  # pylint: disable=import-outside-toplevel
-    return build(0)
-
-
-def run_tvm_pool(model, inputs, schedule: bool):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = tvm_pool.from_onnx(model)
-    ex = tvm_pool.compile(mod, target=X86, schedule=schedule)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    out = vm["main"](*[tvm.runtime.tensor(inputs[n]) for n in names])
-    out = [out] if isinstance(out, tvm.runtime.Tensor) else list(out)
-    return [o.numpy() for o in out]
-
-
 def differences(label, model, got, want) -> list[str]:
     """Outputs that differ from onnxruntime's beyond float32 accumulation-order noise (relative
     to each output's scale: deep nets sum in a different order)."""
@@ -162,20 +132,20 @@ def differences(label, model, got, want) -> list[str]:
     return problems
 
 
-def check_model(name, model, inputs):
+def check_model(name, model, inputs, target):
     want = run_onnxruntime(model, inputs)
     problems = []
     for schedule in (False, True):
         label = f"{name} schedule={schedule}"
         try:
-            got = run_tvm_pool(model, inputs, schedule)
+            got = run_tvm_pool(model, inputs, target=target, schedule=schedule)
         except Exception as err:  # noqa: BLE001
             problems.append(f"{label}: fails: {type(err).__name__}: {str(err)[:300]}")
             continue
         problems += differences(label, model, got, want)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = check_module(tvm_pool.from_onnx(model), X86)
+        report = check_module(tvm_pool.from_onnx(model), target)
     if report.mismatches:
         problems.append(f"{name}: scheduled PrimFuncs differ from unscheduled:\n  " + report.summary().replace("\n", "\n  "))
     assert not problems, "\n".join(problems)
@@ -197,17 +167,16 @@ def test_randomized_weights():
     assert all(i.name == "data_0" for i in model.graph.input)
 
 
-def test_demo_model():
-    model, inputs = demo_model()
-    check_model("demo", model, inputs)
+def test_demo_model(host):
+    check_model("demo", *demo_model(0), host)
 
 
 @pytest.mark.parametrize("name", DEFAULT_LIGHT)
-def test_light_model(name):
-    check_model(name, *light_model(name))
+def test_light_model(name, host):
+    check_model(name, *light_model(name), host)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in LIGHT_MODELS if n not in DEFAULT_LIGHT])
-def test_light_model_all(name):
-    check_model(name, *light_model(name))
+def test_light_model_all(name, host):
+    check_model(name, *light_model(name), host)

@@ -13,8 +13,9 @@ One module per command (``compile``, ``run``, ``inspect``, ``demo``, ``tune``, `
 ``NAME``, ``add_parser(subparsers)`` and ``run(args) -> int``, registered in :data:`COMMANDS`;
 what they share lives in :mod:`tvm_pool.cli.common`.
 
-Long steps print one progress line each to stderr. Every error is one line on stderr and exit
-status 2 (``--verbose`` adds the traceback).
+Long steps print one progress line each to stderr (``-q``: none, nor the compiler's own
+warnings; warnings about the user's tuning logs are printed still). Every error is one line on
+stderr and exit status 2 (``--verbose`` adds the traceback).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tvm-pool: interrupted", file=sys.stderr)
         return 130
+    # The one broad handler: the commands turn the errors they expect into CliError, so what
+    # reaches here is unexpected (a bug, or a failure nobody foresaw); it still ends as one line
+    # and status 2, with the traceback under --verbose.
     except Exception as err:  # pylint: disable=broad-except
         if verbose:
             traceback.print_exc()

@@ -13,7 +13,10 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from typing import Sequence
+
+from ..errors import TvmPoolError
 
 EXIT_ERROR = 2
 
@@ -25,6 +28,16 @@ TARGET_HELP = "host (default: this CPU), x86, arm (aarch64-linux-gnu), cuda, or 
 
 class CliError(Exception):
     """An error the CLI reports as one line (exit status 2)."""
+
+
+# What TVM and tvm_pool raise for a model they cannot import, legalize or schedule: tvm_pool's
+# errors (they name the node); TVM's own (RuntimeError subclasses: OpNotImplemented,
+# InternalError, ScheduleError); and the Python errors that TVM's converters and window
+# arithmetic raise on input they do not expect: checks (ValueError, TypeError), missing
+# attributes or inputs (KeyError, IndexError), a zero stride (ZeroDivisionError) and asserts
+# (AssertionError: stock TVM's "Missing outputs during conversion"). Anything else is a bug and
+# reaches main's handler, still as one line.
+MODEL_ERRORS = (TvmPoolError, RuntimeError, ValueError, TypeError, LookupError, ArithmeticError, AssertionError)
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -64,8 +77,6 @@ def one_line(err: BaseException) -> str:
 
 def describe(err: BaseException) -> str:
     """The one line ``tvm-pool: error: ...`` says for ``err``."""
-    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
-
     if isinstance(err, (CliError, TvmPoolError)):
         return one_line(err)
     name = type(err).__name__
@@ -75,19 +86,51 @@ def describe(err: BaseException) -> str:
 
 
 def quiet_tvm_warnings():
-    import warnings  # pylint: disable=import-outside-toplevel
-
-    # TVM's ONNX importer re-issues every onnx.checker complaint as a UserWarning.
+    """Silence the importers' noise: TVM's ONNX importer and tvm_pool's drop-in re-issue every
+    onnx.checker complaint as a UserWarning, about models that convert fine. Only the importers:
+    other tvm_pool warnings (a skipped tuning log) are about the user's files and are shown."""
     warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm\..*")
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm_pool\..*")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm_pool\.onnx\..*")
+
+
+@contextlib.contextmanager
+def tuning_log_warnings_shown():
+    """Show the warnings about the user's tuning logs (``tvm_pool.tuning.TuningLogWarning``: a
+    log truncated, corrupt, unreadable or tuned for another target, so skipped in part or whole)
+    as ``tvm-pool: warning: ...`` lines on stderr, each once, when the block ends.
+
+    Neither ``-q`` (it silences progress, not news about the user's own files) nor a
+    :func:`native_output_captured` inside the block (which a ``-q`` run never replays) hides
+    them: they are held until the capture is undone. Other warnings go where they went before."""
+    # Imported here: only the commands that read tuning logs need tvm_pool.tuning.
+    from ..tuning import TuningLogWarning  # pylint: disable=import-outside-toplevel
+
+    held: list[str] = []
+    with warnings.catch_warnings():  # restores the filters and showwarning
+        warnings.simplefilter("always", TuningLogWarning)
+        show = warnings.showwarning
+
+        def hold(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, TuningLogWarning):
+                held.append(str(message))
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = hold
+        try:
+            yield
+        finally:
+            for message in dict.fromkeys(held):
+                print(f"tvm-pool: warning: {message}", file=sys.stderr, flush=True)
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import version as dist_version  # pylint: disable=import-outside-toplevel
+    from importlib.metadata import PackageNotFoundError  # pylint: disable=import-outside-toplevel
+    from importlib.metadata import version as dist_version  # pylint: disable=import-outside-toplevel
 
+    try:
         return dist_version("tvm_pool")
-    except Exception:  # pylint: disable=broad-except
+    except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
 
 
@@ -252,7 +295,8 @@ def target_label(target) -> str:
 
 
 def resolve_target(name):
-    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
+    import tvm  # pylint: disable=import-outside-toplevel
+
     from ..targets import resolve_target as resolve  # pylint: disable=import-outside-toplevel
 
     if isinstance(name, str) and name.lstrip().startswith("{"):
@@ -264,9 +308,7 @@ def resolve_target(name):
             raise CliError(f"--target {name!r}: a JSON target must be an object such as {{\"kind\": \"llvm\"}}")
     try:
         target = resolve(name)
-    except (CliError, TvmPoolError):
-        raise
-    except Exception as err:  # pylint: disable=broad-except
+    except (ValueError, TypeError, tvm.error.InternalError) as err:  # what tvm.target.Target says of a bad dict
         raise CliError(f"invalid target {json.dumps(name) if isinstance(name, dict) else name!r}: {one_line(err)}") from None
     if target.kind.name not in COMPILED_KINDS:
         raise CliError(
@@ -333,7 +375,7 @@ def import_onnx(model, verbose: bool = False, quiet: bool = False, **kwargs):
         captured.replay = not quiet
         try:
             return from_onnx(model, **kwargs)
-        except Exception as err:  # pylint: disable=broad-except
+        except MODEL_ERRORS as err:
             if verbose:
                 raise
             captured.replay = False

@@ -21,6 +21,7 @@ from .common import (
     resolve_input_shapes,
     resolve_target,
     target_label,
+    tuning_log_warnings_shown,
     version,
 )
 
@@ -83,8 +84,8 @@ def compile_onnx(
     )
     mod = artifact.embed_signature(mod, signature)
     progress.step(f"compiling for {target_label(tgt)}")
-    with native_output_captured(enabled=not verbose) as captured:
-        captured.replay = not progress.quiet  # -q: no native warnings either
+    with tuning_log_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
+        captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
         executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
     return executable, signature, tgt
 

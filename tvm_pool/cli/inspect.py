@@ -3,7 +3,11 @@ tuning record each pooling node gets."""
 
 from __future__ import annotations
 
+import sys
+
+from ..errors import TvmPoolError
 from .common import (
+    MODEL_ERRORS,
     TARGET_HELP,
     CliError,
     common_options,
@@ -78,8 +82,10 @@ def _value_shapes(model, overrides: dict) -> dict:
                 dims.add().dim_value = d
     try:
         model = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # pylint: disable=broad-except
-        pass
+    # What onnx raises for a graph it cannot type (its non-strict mode rarely does).
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as err:
+        print(f"tvm-pool: warning: ONNX shape inference failed ({one_line(err)}); only the declared shapes are shown",
+              file=sys.stderr)
     shapes = {}
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
         if vi.type.HasField("tensor_type"):
@@ -141,15 +147,12 @@ def _single_node_model(model, node, shapes):
 
 
 def schedule_rule_for(probe_mod, target) -> str:
-    """The name of the first tvm_pool schedule rule that applies to the node's PrimFunc(s)."""
+    """The name of the first tvm_pool schedule rule that applies to the node's PrimFunc(s). A
+    rule that fails on a function raises here, as it would fail ``compile``."""
     from tvm import relax, tirx  # pylint: disable=import-outside-toplevel
 
-    from .. import lowering  # pylint: disable=import-outside-toplevel
+    from .. import lowering, schedules  # pylint: disable=import-outside-toplevel
 
-    try:
-        from .. import schedules  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return "none (unscheduled: tvm_pool.schedules unavailable)"
     rules = list(schedules.rules_for(target))
     if not rules:
         return "none (unscheduled)"
@@ -164,11 +167,7 @@ def schedule_rule_for(probe_mod, target) -> str:
             continue
         func = func.with_attr("target", target)
         for rule in rules:
-            try:
-                space = rule.apply(func, target, False)
-            except Exception:  # pylint: disable=broad-except
-                space = None
-            if space is not None:
+            if rule.apply(func, target, False) is not None:
                 found.append(getattr(rule, "name", None) or _rule_name(rule))
                 break
         else:
@@ -186,18 +185,15 @@ def _rule_name(rule) -> str:
 
 def tuning_record_for(probe_mod, target, tuning_logs=None, shipped: bool = True) -> str | None:
     """The tuning record the node's PrimFunc gets from ``tuning_logs`` and the shipped logs
-    (``tvm_pool.schedules.tuning_record_for(target, mod, tuning_logs, shipped) -> str | None``)."""
-    try:
-        from .. import schedules  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return None
-    fn = getattr(schedules, "tuning_record_for", None)
-    if fn is None or probe_mod is None:
+    (None: none); "? (why)" when the node's functions cannot be fused or extracted as tasks."""
+    from .. import tuning  # pylint: disable=import-outside-toplevel
+
+    if probe_mod is None:
         return None
     try:
-        return fn(target, probe_mod, tuning_logs, shipped)
-    except Exception:  # pylint: disable=broad-except
-        return None
+        return tuning.tuning_record_for(target, probe_mod, tuning_logs, shipped)
+    except MODEL_ERRORS as err:
+        return f"? ({one_line(err)})"
 
 
 def run(args) -> int:
@@ -230,7 +226,7 @@ def run(args) -> int:
         if conv is not None:
             try:
                 handled = f"{domain}{node.op_type} v{conv.since_version(node_opset)} (tvm_pool)"
-            except Exception as err:  # pylint: disable=broad-except
+            except TvmPoolError as err:  # an opset older than the operator
                 handled = f"none: {one_line(err)}"
                 failures += 1
         else:
@@ -240,7 +236,7 @@ def run(args) -> int:
         print(f"    input:     {node.input[0] if node.input else '?'} {dtype}{fmt_shape(in_shape)}")
         try:
             windows = _windows(node, in_shape)
-        except Exception as err:  # pylint: disable=broad-except
+        except MODEL_ERRORS as err:  # invalid window attributes (a zero stride, pads too short, ...)
             windows = None
             print(f"    geometry:  ? ({one_line(err)})")
         if windows is not None:
@@ -264,7 +260,7 @@ def run(args) -> int:
             continue
         try:
             rule = schedule_rule_for(probe_mod, target)
-        except Exception as err:  # pylint: disable=broad-except
+        except MODEL_ERRORS as err:
             rule = f"? ({one_line(err)})"
         print(f"    schedule:  {rule}")
         record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)

@@ -138,7 +138,10 @@ def _load_module(path: str):
         return artifact.load(path)
     except artifact.SignatureError as err:
         raise CliError(f"{path}: {err}") from err
-    except Exception as err:  # pylint: disable=broad-except
+    # TVM's runtime: RuntimeError when it cannot load or place the module (a CUDA module without
+    # a GPU), AttributeError for a shared library that is not a TVM module ("Module has no
+    # function 'vm_load_executable'").
+    except (RuntimeError, AttributeError) as err:
         hint = "; CUDA modules need a GPU and TVM's CUDA runtime" if "cuda" in str(err).lower() else ""
         raise CliError(f"{path}: cannot load as a compiled module ({one_line(err)}){hint}") from err
 
@@ -150,7 +153,9 @@ def _checked_call(what: str, fn, *args):
         return fn(*args)
     except MemoryError as err:
         raise CliError(f"{what}: out of memory ({one_line(err)})") from err
-    except Exception as err:  # pylint: disable=broad-except
+    # The module's checks raise the error they name (ValueError for sizes, IndexError for
+    # MaxUnpool indices); TVM's runtime its own (RuntimeError: std::bad_alloc among them).
+    except (ValueError, IndexError, RuntimeError) as err:
         message = one_line(err)
         if "bad_alloc" in message:
             message = "out of memory (std::bad_alloc): the outputs need more memory than this machine has"
