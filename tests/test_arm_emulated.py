@@ -192,11 +192,6 @@ def cases():
     return c
 
 
-def _tolerance(dtype):
-    """The aarch64 runs' (rtol, atol); test_schedules_arm.py compares with these too."""
-    return tolerance(dtype, "aarch64")
-
-
 def _compile_arm(model, path, **compile_kwargs):
     target = resolve_target("arm")
     with warnings.catch_warnings():
@@ -242,7 +237,7 @@ def test_every_pooling_op_and_dtype_matches_on_emulated_aarch64(arm_results):
             if ref.dtype.kind in "iu":
                 ok = np.array_equal(got, ref)
             else:
-                rtol, atol = _tolerance(ref.dtype)
+                rtol, atol = tolerance(ref.dtype, "aarch64")
                 ok = np.allclose(got.astype(np.float32), ref.astype(np.float32), rtol=rtol, atol=atol, equal_nan=True) and \
                     np.array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
             if not ok:

@@ -297,7 +297,7 @@ LONG_SUMS = {
 
 @pytest.mark.parametrize("name", sorted(LONG_SUMS))
 def test_long_sums_as_vector_partial_sums(name):
-    from test_arm_emulated import _tolerance  # the aarch64 tests' tolerances
+    from helpers import tolerance  # the aarch64 tests' tolerances
 
     shape, build, reassociated = LONG_SUMS[name]
     x = te.placeholder(shape, "float32", name="x")
@@ -312,7 +312,7 @@ def test_long_sums_as_vector_partial_sums(name):
     for pipeline in ("default", strided_loads.register_pipeline()):  # as aarch64 builds lower it too
         got = _run_host(scheduled, data, out, pipeline)
         if reassociated:
-            rtol, atol = _tolerance("float32")
+            rtol, atol = tolerance("float32", "aarch64")
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
         else:
             np.testing.assert_array_equal(got, want)
