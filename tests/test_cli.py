@@ -246,6 +246,15 @@ def test_compile_warns_about_a_truncated_tuning_log(truncated_log, quiet, tmp_pa
     assert "Traceback" not in err
 
 
+def test_inspect_warns_about_a_truncated_tuning_log(truncated_log, capfd):
+    """inspect reads the user's log too: the skipped line is named once, after the nodes."""
+    assert cli.main(["inspect", str(truncated_log.model), "--tuning-log", str(truncated_log.log)]) == 0
+    out, err = capfd.readouterr()
+    assert "tuning:" in out
+    warned = [ln for ln in err.splitlines() if ln.startswith(f"tvm-pool: warning: tuning log {truncated_log.log}:")]
+    assert len(warned) == 1 and f"{truncated_log.records}:" in warned[0], err
+
+
 # --------------------------------------------------------------------------------------------
 # Errors: one line on stderr, exit status 2, no traceback.
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from .common import (
     quiet_tvm_warnings,
     resolve_target,
     target_label,
+    tuning_log_warnings_shown,
 )
 
 NAME = "inspect"
@@ -217,54 +218,64 @@ def run(args) -> int:
         print("no pooling nodes")
         return 0
     failures = 0
-    for index, node in enumerate(pooling):
-        name = node.name or f"{node.op_type}_{list(model.graph.node).index(node)}"
-        node_opset = _node_opset(model, node.domain)
-        conv = converter_for(node.domain, node.op_type)
-        domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
-        print(f"\n[{index + 1}] node '{name}': {domain}{node.op_type}")
-        if conv is not None:
-            try:
-                handled = f"{domain}{node.op_type} v{conv.since_version(node_opset)} (tvm_pool)"
-            except TvmPoolError as err:  # an opset older than the operator
-                handled = f"none: {one_line(err)}"
-                failures += 1
-        else:
-            handled = f"{node.op_type} (stock TVM converter)"
-        print(f"    converter: {handled}")
-        in_shape, dtype = shapes.get(node.input[0], (None, "?")) if node.input else (None, "?")
-        print(f"    input:     {node.input[0] if node.input else '?'} {dtype}{fmt_shape(in_shape)}")
-        try:
-            windows = _windows(node, in_shape)
-        except MODEL_ERRORS as err:  # invalid window attributes (a zero stride, pads too short, ...)
-            windows = None
-            print(f"    geometry:  ? ({one_line(err)})")
-        if windows is not None:
-            out_shape = list(in_shape[:2]) + [w.out_size for w in windows]
-            extra = ""
-            if node.op_type == "MaxPool" and len([o for o in node.output if o]) > 1:
-                extra = " (+ Indices int64, same shape)"
-            print(f"    output:    {fmt_shape(out_shape)}{extra}")
-            print(
-                f"    padding:   begin {fmt_shape([w.pad_begin for w in windows])}, "
-                f"end {fmt_shape([w.pad_end for w in windows])}"
-                + ("" if node.op_type in GLOBAL_POOLS else f" (auto_pad {node_attrs(node).get('auto_pad', 'NOTSET')}, "
-                   f"ceil_mode {int(node_attrs(node).get('ceil_mode', 0))})")
-            )
-        probe = _single_node_model(model, node, shapes)
-        try:
-            probe_mod = None if probe is None else import_onnx(probe, args.verbose)
-        except CliError as err:
-            print(f"    error:     {err}")
-            failures += 1
-            continue
-        try:
-            rule = schedule_rule_for(probe_mod, target)
-        except MODEL_ERRORS as err:
-            rule = f"? ({one_line(err)})"
-        print(f"    schedule:  {rule}")
-        record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)
-        print(f"    tuning:    {record or 'none (no tuning record: the schedule above)'}")
+    with tuning_log_warnings_shown():  # each once, after the nodes; -q does not hide them
+        for index, node in enumerate(pooling):
+            failures += _inspect_node(model, node, index, shapes, target, args)
     if failures:
         raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
     return 0
+
+
+def _inspect_node(model, node, index: int, shapes, target, args) -> int:
+    """Print what happens to one pooling node; returns how many of its steps failed (an opset
+    older than the operator, an import that fails)."""
+    from ..onnx.base import converter_for  # pylint: disable=import-outside-toplevel
+
+    failures = 0
+    name = node.name or f"{node.op_type}_{list(model.graph.node).index(node)}"
+    node_opset = _node_opset(model, node.domain)
+    conv = converter_for(node.domain, node.op_type)
+    domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
+    print(f"\n[{index + 1}] node '{name}': {domain}{node.op_type}")
+    if conv is not None:
+        try:
+            handled = f"{domain}{node.op_type} v{conv.since_version(node_opset)} (tvm_pool)"
+        except TvmPoolError as err:  # an opset older than the operator
+            handled = f"none: {one_line(err)}"
+            failures += 1
+    else:
+        handled = f"{node.op_type} (stock TVM converter)"
+    print(f"    converter: {handled}")
+    in_shape, dtype = shapes.get(node.input[0], (None, "?")) if node.input else (None, "?")
+    print(f"    input:     {node.input[0] if node.input else '?'} {dtype}{fmt_shape(in_shape)}")
+    try:
+        windows = _windows(node, in_shape)
+    except MODEL_ERRORS as err:  # invalid window attributes (a zero stride, pads too short, ...)
+        windows = None
+        print(f"    geometry:  ? ({one_line(err)})")
+    if windows is not None:
+        out_shape = list(in_shape[:2]) + [w.out_size for w in windows]
+        extra = ""
+        if node.op_type == "MaxPool" and len([o for o in node.output if o]) > 1:
+            extra = " (+ Indices int64, same shape)"
+        print(f"    output:    {fmt_shape(out_shape)}{extra}")
+        print(
+            f"    padding:   begin {fmt_shape([w.pad_begin for w in windows])}, "
+            f"end {fmt_shape([w.pad_end for w in windows])}"
+            + ("" if node.op_type in GLOBAL_POOLS else f" (auto_pad {node_attrs(node).get('auto_pad', 'NOTSET')}, "
+               f"ceil_mode {int(node_attrs(node).get('ceil_mode', 0))})")
+        )
+    probe = _single_node_model(model, node, shapes)
+    try:
+        probe_mod = None if probe is None else import_onnx(probe, args.verbose)
+    except CliError as err:
+        print(f"    error:     {err}")
+        return failures + 1
+    try:
+        rule = schedule_rule_for(probe_mod, target)
+    except MODEL_ERRORS as err:
+        rule = f"? ({one_line(err)})"
+    print(f"    schedule:  {rule}")
+    record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)
+    print(f"    tuning:    {record or 'none (no tuning record: the schedule above)'}")
+    return failures

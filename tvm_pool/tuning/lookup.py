@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import warnings
-
 from .. import lowering
 from ..targets import resolve_target
-from .logs import TuningLogWarning, load_with_sources, mean_secs, tvm_ffi_key
+from .logs import load_with_sources, mean_secs, tvm_ffi_key
 
 
 def records_for(mod, target, dirs=None, *, shipped: bool = True) -> list[tuple[str, str]]:
     """For each PrimFunc ``compile`` would build from the Relax module ``mod``: (name, which
-    tuning record it gets, or "none")."""
+    tuning record it gets, or "none"). A log that is not used, or only in part, warns
+    (:class:`TuningLogWarning`) as it does for ``compile``."""
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
     target = resolve_target(target)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TuningLogWarning)
-        database, sources = load_with_sources(target, dirs, shipped)
+    database, sources = load_with_sources(target, dirs, shipped)
     fused = lowering.fuse(mod, target)
     out = []
     for task in ms.relax_integration.extract_tasks(fused, target):
