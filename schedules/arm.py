@@ -15,15 +15,15 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
   their strided loads lowered as one contiguous load + shuffle (:mod:`.strided_loads`, after
   TVM's TIR pipeline), which LLVM turns into LDn; a max over both phases of such loads (2x2 s2,
   2x2x2 s2) becomes pairwise FMAXP there; non-overlapping windows over several axes are one
-  pass over every tap (``cpu._taps_in_one_pass``).
+  pass over every tap (``cpu_passes._taps_in_one_pass``).
 - Float sums start at -0.0 (:func:`negative_zero_sums`, after scheduling), so LLVM drops each
   first add; vector partial sums are added up by halving vector adds
-  (``CpuFamily.halving_lane_sums``) instead of lane by lane.
+  (``CpuConfig.halving_lane_sums``) instead of lane by lane.
 - No masked loads: the padding is inlined into the first pass, whose row is cut at the
-  padding's edges into vector pieces without bounds checks (``cpu._vectorize_padded_row``),
+  padding's edges into vector pieces without bounds checks (``cpu_passes._vectorize_padded_row``),
   instead of a copy of every padded plane.
 - No gather: a long sum over contiguous taps (a 1-D window of more than 16 taps, a whole plane)
-  is reassociated into vector partial sums (``cpu._vector_partial_sums``; a few ulp from the
+  is reassociated into vector partial sums (``cpu_reduction._vector_partial_sums``; a few ulp from the
   in-order sum, within the tests' tolerances; x86 does the same with 8 lanes), a global
   average rebuilt as one reduction for it (:func:`whole_plane_sums`); rows LLVM's vectoriser
   would end in a scalar tail are given to it in one-register tiles (``register_tiles``).
@@ -219,7 +219,7 @@ def use_fmax(func):
 # columns. A 7-wide column vector does not fill NEON registers, and the column sum is scalar
 # (ResNet's 2048x7x7 head: 67 instructions per output, 0.8x stock TVM). :func:`whole_plane_sums`
 # swaps such a function for the same compute built as one reduction over the plane
-# (``by_axis=False``), which the CPU rule turns into vector partial sums (``cpu._vector_partial_sums``).
+# (``by_axis=False``), which the CPU rule turns into vector partial sums (``cpu_reduction._vector_partial_sums``).
 # The function is recognised by rebuilding it: only an exact match is swapped, so a fused
 # function (a consumer after the pool) or anything else stays as it is.
 

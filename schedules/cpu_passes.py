@@ -146,7 +146,7 @@ def _vectorize_passes(sch, chain, consumers, inlined_pad, source_bytes, config: 
                 sch.vectorize(loop)
         return
     # Without gathers, a strided last pass is TVM-vectorised only where its strided loads become
-    # de-interleaving loads (CpuFamily.deinterleaving_loads); else LLVM's vectoriser keeps it.
+    # de-interleaving loads (CpuConfig.deinterleaving_loads); else LLVM's vectoriser keeps it.
     last_stride = inner_read_stride(sch, last)
     contiguous_last = not config.strided_vectors and (
         last_stride == 1

@@ -167,7 +167,7 @@ def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):
 
 
 def _halving_lane_sums(sch, block, lanes: int, n_spatial: int) -> list:
-    """The write-back of vector partial sums as halving vector adds (CpuFamily.halving_lane_sums):
+    """The write-back of vector partial sums as halving vector adds (CpuConfig.halving_lane_sums):
     lanes [0, h) + [h, 2h) until two are left, which the write-back adds. One rfactor per level;
     returns their blocks, at the root still."""
     levels = []
