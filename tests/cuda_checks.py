@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -53,21 +54,27 @@ def gpu_target(arch: str = "sm_80") -> tvm.target.Target:
 # ---------------------------------------------------------------------------------------------
 
 
-def simulate(mod: tvm.IRModule, arch: str = "sm_80"):
+def simulate(mod: tvm.IRModule, arch: str = "sm_80", overrides: dict | None = None):
     """Compile ``mod`` for the CPU with the CUDA schedule, thread-bound loops left serial, every
-    buffer access bounds-checked."""
-    with simulating(arch):
+    buffer access bounds-checked (``overrides``: of the rule's CudaConfig, a tuning knob)."""
+    with simulating(arch, overrides):
         return tvm_pool.compile(mod, target=CPU)
 
 
 @contextlib.contextmanager
-def simulating(arch: str = "sm_80"):
+def simulating(arch: str = "sm_80", overrides: dict | None = None):
     """Within it, tvm_pool.compile for the CPU schedules with the CUDA rule in simulation mode
     (the checked rule: no write outside a buffer) and bounds-checks every buffer access."""
-    rule = CheckedPool(simulate=True, gpu_target=gpu_target(arch))
-    with mock.patch.object(lowering, "schedule_passes", lambda _t: [dlight.ApplyDefaultSchedule(rule)]):
+    with scheduling(CheckedPool(simulate=True, gpu_target=gpu_target(arch), overrides=overrides)):
         with bounds_checked():
             yield
+
+
+@contextlib.contextmanager
+def scheduling(rule):
+    """Within it, tvm_pool.compile schedules with ``rule`` (then TVM's own dlight rules)."""
+    with mock.patch.object(lowering, "schedule_passes", lambda _t: [dlight.ApplyDefaultSchedule(rule)]):
+        yield
 
 
 def bounds_checked():
@@ -149,10 +156,14 @@ class Build:
         return out
 
 
-def cuda_build(mod: tvm.IRModule, arch: str = "sm_80", schedule: bool = True) -> Build:
+def cuda_build(mod: tvm.IRModule, arch: str = "sm_80", schedule: bool = True, overrides: dict | None = None) -> Build:
+    """Build ``mod`` for a CUDA ``arch`` (``overrides``: of the rule's CudaConfig, a tuning
+    knob; the checked rule then schedules alone)."""
     _register_pipeline()
     _CAPTURED.clear()
-    ex = tvm_pool.compile(mod, target=gpu_target(arch), schedule=schedule, tir_pipeline=_PIPELINE)
+    rule = contextlib.nullcontext() if overrides is None else scheduling(CheckedPool(overrides=overrides))
+    with rule:
+        ex = tvm_pool.compile(mod, target=gpu_target(arch), schedule=schedule, tir_pipeline=_PIPELINE)
     cu = _find_module(ex.mod, "cuda")
     source = cu.inspect_source("") if cu is not None else ""
     scheduled = {gv.name_hint: f for gv, f in _CAPTURED["scheduled"].functions_items() if isinstance(f, tirx.PrimFunc)}
@@ -160,7 +171,7 @@ def cuda_build(mod: tvm.IRModule, arch: str = "sm_80", schedule: bool = True) ->
 
 
 GPU_LIMITS = {
-    "max_shared_memory_per_block": cuda.DEFAULT_SHARED_BYTES,
+    "max_shared_memory_per_block": cuda.CudaConfig().shared_limit,
     "max_threads_per_block": 1024,
     "max_thread_x": 1024,
     "max_thread_y": 1024,
@@ -365,10 +376,14 @@ def run_cpu(ex, *inputs):
 def run_on(ex, device, *inputs):
     """Run a compiled module's ``main`` on ``device``: numpy inputs in, numpy outputs out."""
     vm = relax.VirtualMachine(ex, device)
-    out = vm["main"](*[tvm.runtime.tensor(x, device) for x in inputs])
+    return _flat(vm["main"](*[tvm.runtime.tensor(x, device) for x in inputs]))
+
+
+def _flat(out) -> list:
+    """A result's tensors, nested tuples flattened, as numpy arrays."""
     if hasattr(out, "numpy"):
         return [out.numpy()]
-    return [o.numpy() for o in out]
+    return [a for o in out for a in _flat(o)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,10 +421,18 @@ def out_of_bounds_writes(func: tirx.PrimFunc) -> list[str]:
 
 
 class CheckedPool(cuda.Pool):
-    """The rule, asserting that what it returns writes only inside its buffers."""
+    """The rule, asserting that every schedule it returns (compile's and tuning's alike) writes
+    only inside its buffers; ``overrides`` of its CudaConfig make it a tuning knob's rule."""
 
-    def apply(self, func, target, tunable):
-        sch = super().apply(func, target, tunable)
+    def __init__(self, simulate: bool = False, gpu_target=None, overrides: dict | None = None):
+        super().__init__(simulate=simulate, gpu_target=gpu_target)
+        self.overrides = dict(overrides or {})
+
+    def config(self, target):
+        return dataclasses.replace(super().config(target), **self.overrides)
+
+    def schedule(self, base, config):
+        sch = super().schedule(base, config)
         if sch is not None:
             problems = out_of_bounds_writes(sch.mod["main"])
             assert not problems, "\n".join(problems)

@@ -1,4 +1,4 @@
-"""The CUDA schedule (schedules/cuda.py), verified without a GPU.
+"""The CUDA schedule (schedules/cuda*.py), verified without a GPU.
 
 1. Simulation (runs everywhere): the same schedule with every thread-bound loop left serial
    (``cuda.Pool(simulate=True)``), built for this CPU and compared with ``schedule=False`` on
@@ -13,18 +13,25 @@
 5. Oracles: every ONNX pooling op against onnxruntime on the host, the adaptive and TensorRT
    ops against PyTorch; with the rule simulated on the CPU here, and (``gpu``-marked, skipped
    without a CUDA device) on the device.
+6. The rule's attempt loop and design space: every fallback (a thread per plane where a warp
+   reduction cannot be lowered, scalar loads where 16-byte ones fail, smaller staged tiles then
+   inlined passes where shared memory is exceeded), and every knob of ``Pool.knobs()`` simulated
+   exact and built for sm_80.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, te
 
 import cuda_checks as cc
 import tvm_pool
-from tvm_pool import compute, relax_ops
+from tvm_pool import compute, relax_ops, targets
 from tvm_pool.schedules import cuda, rules_for
 
 SM80 = {"kind": "cuda", "arch": "sm_80"}
@@ -157,7 +164,8 @@ CASES = [
     ("adaptive_max_index_i32_3d", [1, 2, 5, 6, 7], "float32", adaptive_max([2, 3, 4], "i32"), True),
     ("trt_max_caffe", [1, 3, 10, 11], "float32", trt("MAX", [3, 3], [2, 2], [1, 1], [1, 1], "CAFFE_ROUND_UP"), True),
     ("trt_avg_incl", [1, 3, 10, 11], "float32", trt("AVERAGE", [3, 3], [2, 2], [1, 1], [0, 1], excl=False), True),
-    ("trt_blend", [1, 3, 10, 11], "float32", trt("MAX_AVERAGE_BLEND", [3, 3], [1, 1], [1, 1], [1, 1], blend=0.25), True),
+    ("trt_blend", [1, 3, 10, 11], "float32",
+     trt("MAX_AVERAGE_BLEND", [3, 3], [1, 1], [1, 1], [1, 1], blend=0.25), True),
     ("trt_blend_int8", [1, 3, 10, 11], "int8", trt("MAX_AVERAGE_BLEND", [2, 2], [2, 2], [0, 0], [0, 0], blend=0.5), True),
     ("trt_avg_int8_3d", [1, 2, 5, 6, 7], "int8", trt("AVERAGE", [2, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1]), True),
 ]
@@ -346,10 +354,18 @@ def test_meta_schedule_rules_registered_for_gpu_keys():
         assert f"s_tir.meta_schedule.{key}.tvm_pool.max" in names
         assert tvm.get_global_func(f"s_tir.meta_schedule.{key}.meta_schedule.pool_avg") is not None
     x = te.placeholder((1, 16, 28, 28), "float32", name="x")
-    sch = s_tir.Schedule(te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])]))
+    func = te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])])
+    sch = s_tir.Schedule(func)
     with tvm.target.Target(SM80):
         spaces = tvm.get_global_func("s_tir.meta_schedule.cuda.tvm_pool.max")(sch, sch.get_sblock("max_pool"))
-    assert len(spaces) == 2
+    # the design space: Pool.schedule at every knob, structural duplicates dropped, hand-written first
+    rule, expected = cuda.Pool(), []
+    for _, overrides in rule.knobs():
+        point = rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, **overrides))
+        if point is not None and not any(_same(point, e) for e in expected):
+            expected.append(point)
+    assert len(spaces) == len(expected) >= 2
+    assert all(_same(a, b) for a, b in zip(spaces, expected))
     assert all('thread="threadIdx.x"' in s.mod["main"].script() for s in spaces)
 
 
@@ -379,7 +395,7 @@ def test_shared_memory_fallback():
     func = te.create_prim_func([x, compute.max_pool(x, [16, 16], [1, 1], [2, 2], [0] * 4)])
     sch = cuda.Pool().apply(func, tvm.target.Target(SM80), False)
     assert sch is not None
-    assert cuda.shared_bytes(sch.mod["main"]) <= cuda.DEFAULT_SHARED_BYTES
+    assert cuda.shared_bytes(sch.mod["main"]) <= cuda.CudaConfig().shared_limit
 
 
 def test_cli_compile_and_inspect_cuda(tmp_path, capsys):
@@ -397,6 +413,205 @@ def test_cli_compile_and_inspect_cuda(tmp_path, capsys):
     assert out.count("schedule:  cuda.Pool") == 4, out
     assert cli.main(["-q", "compile", str(path), "--target", "cuda", "-o", str(tmp_path / "cnn_cuda.so")]) == 0
     assert (tmp_path / "cnn_cuda.so").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings as data, the attempt loop's fallbacks, and the design space (Pool.knobs)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_config_from_target():
+    """CudaConfig.for_target reads the target's limits (shared memory at most 48 KB); the rule's
+    config for a CPU target (simulation) is its gpu_target's, else the ``cuda`` alias's (sm_90)."""
+    small = cuda.CudaConfig.for_target(tvm.target.Target(
+        {"kind": "cuda", "arch": "sm_80", "max_threads_per_block": 128, "max_shared_memory_per_block": 4096}))
+    assert (small.max_threads, small.shared_limit, small.global_planes_per_block) == (128, 4096, 4)
+    big = cuda.CudaConfig.for_target(
+        tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_shared_memory_per_block": 1 << 20}))
+    assert (big.max_threads, big.shared_limit) == (256, 48 * 1024)
+    assert dataclasses.replace(big, threads=512).max_threads == 512
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        big.threads = 128  # pylint: disable=assigning-non-slot
+    llvm = tvm.target.Target({"kind": "llvm"})
+    assert cuda.Pool(simulate=True).config(llvm) == cuda.CudaConfig.for_target(targets.cuda_target())
+    assert cuda.Pool(simulate=True, gpu_target=small_target()).config(llvm).max_threads == 128
+    assert cuda.Pool().config(tvm.target.Target(SM80)) == cuda.CudaConfig.for_target(tvm.target.Target(SM80))
+
+
+def small_target():
+    return tvm.target.Target({"kind": "cuda", "arch": "sm_80", "max_threads_per_block": 128})
+
+
+def _te_func(shape, make, dtype="float32"):
+    """A PrimFunc of one TE compute: (func, [shapes and dtypes of its parameters])."""
+    x = te.placeholder(shape, dtype, name="x")
+    outs = make(x)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    func = te.create_prim_func([x, *outs]).with_attr("global_symbol", "main")
+    return func, [([int(d) for d in t.shape], str(t.dtype)) for t in [x, *outs]]
+
+
+def _run_prim(func, params, seed=0):
+    """Run a PrimFunc built for this CPU (every access bounds-checked) on random data with NaNs
+    (its outputs start as 7.5)."""
+    with cc.bounds_checked():
+        lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
+    (shape, dtype), outs = params[0], params[1:]
+    args = [tvm.runtime.tensor(cc.data(shape, dtype, seed=seed, nan=True))]
+    args += [tvm.runtime.tensor(np.full(s, 7.5, dtype=d)) for s, d in outs]
+    lib["main"](*args)
+    return [a.numpy() for a in args[1:]]
+
+
+def _simulated_equal(func, params, config, exact=True):
+    """The simulated schedule of ``func`` with ``config`` computes what ``func`` does."""
+    sch = cc.CheckedPool(simulate=True).schedule(s_tir.Schedule(func), config)
+    assert sch is not None
+    for got, want in zip(_run_prim(sch.mod["main"], params), _run_prim(func, params)):
+        if exact:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def _same(a, b) -> bool:
+    return tvm_ffi.structural_equal(a.mod, b.mod)
+
+
+GPU80 = tvm.target.Target(SM80)
+CONFIG = cuda.Pool().config(GPU80)
+
+
+def test_schedule_copies_its_base_and_replays():
+    """Pool.schedule leaves its base as it is and returns a copy whose trace replays on the
+    function (what MetaSchedule needs of a custom rule)."""
+    func, _ = _te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))
+    base = s_tir.Schedule(func)
+    sch = cuda.Pool().schedule(base, CONFIG)
+    assert sch is not None and tvm_ffi.structural_equal(base.mod["main"], func)
+    replay = s_tir.Schedule(func)
+    sch.trace.apply_to_schedule(replay, remove_postproc=False)
+    assert _same(replay, sch)
+    assert _same(cuda.Pool().apply(func, GPU80, False), sch)
+
+
+def test_fallback_warp_to_a_thread_per_plane():
+    """A global max (NaN-propagating: TVM's cross-thread reduction cannot lower it) raises
+    NoWarpReduction as a warp reduction; the rule schedules a thread per plane instead, which
+    the simulation proves exact."""
+    func, params = _te_func([1, 5, 32, 32], lambda x: compute.global_pool(x, "max"))
+    with pytest.raises(cuda.NoWarpReduction):
+        cuda.schedule_function(s_tir.Schedule(func), CONFIG)
+    sch = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG)
+    assert _same(sch, cuda.Pool().schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, warp=False)))
+    assert "threadIdx.y" not in sch.mod["main"].script()  # a warp per plane binds threadIdx.y
+    avg, _ = _te_func([1, 5, 32, 32], lambda x: compute.global_pool(x, "avg"))
+    assert "threadIdx.y" in cuda.Pool().schedule(s_tir.Schedule(avg), CONFIG).mod["main"].script()
+    _simulated_equal(func, params, CONFIG)
+
+
+def test_fallback_vector_to_scalar_loads():
+    """Staged input rows of 21 floats are not whole 16-byte pieces: the vector-load schedule
+    raises MisalignedVector, and the rule schedules scalar loads (no vector access)."""
+    func, params = _te_func([1, 8, 20, 21], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))
+    with pytest.raises(cuda.MisalignedVector):
+        cuda.schedule_function(s_tir.Schedule(func), CONFIG)
+    sch = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG)
+    assert _same(sch, cuda.Pool().schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, vector=False)))
+    assert cuda.vector_accesses(sch.mod["main"]) == []
+    _simulated_equal(func, params, CONFIG)
+
+
+def test_fallback_staged_to_unstaged_when_shared_memory_is_exceeded():
+    """A staged tile over the shared-memory limit shrinks (a larger tile scale), and a chain
+    that fits at no scale has its earlier passes inlined (no shared memory)."""
+    func, params = _te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))
+    rule = cuda.Pool()
+    staged = rule.schedule(s_tir.Schedule(func), CONFIG)
+    used = cuda.shared_bytes(staged.mod["main"])
+    assert 0 < used <= CONFIG.shared_limit
+    shrunk = rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, shared_limit=used - 1))
+    assert 0 < cuda.shared_bytes(shrunk.mod["main"]) < used
+    assert any(_same(shrunk, rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, tile_scale=s)))
+               for s in (2, 4, 8))
+    unstaged = rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, shared_limit=0))
+    assert cuda.shared_bytes(unstaged.mod["main"]) == 0
+    assert _same(unstaged, rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, staged=False)))
+    _simulated_equal(func, params, dataclasses.replace(CONFIG, staged=False))
+
+
+# One of every form the schedule has (id, shape, dtype, emit, exact): staged passes with 16-byte
+# input rows, column tiles, 3-D passes, 16-byte window groups, a window reduction with indices,
+# adaptive windows, a warp reduction, a thread per plane, a consumer joining two reductions.
+KNOB_CASES = [
+    ("max_3x3s2_staged", [1, 8, 20, 20], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1]), True),
+    ("avg_3x3s1_column_tiles", [1, 2, 9, 150], "float32", avgp([3, 3], [1, 1], [1, 1, 1, 1]), True),
+    ("max_3d", [1, 3, 6, 9, 9], "float32", maxp([2, 3, 3], [1, 2, 2], [0, 1, 1, 1, 1, 1]), True),
+    ("avg_2x2s2_vector", [1, 8, 16, 32], "float32", avgp([2, 2], [2, 2]), True),
+    ("indices", [2, 3, 9, 10], "float32", maxp([3, 3], [2, 2], [1, 1, 1, 1], return_indices=True), True),
+    ("adaptive_avg", [1, 3, 10, 7], "float32", adaptive_avg([3, 4]), True),
+    ("global_avg_warp", [1, 9, 40, 40], "float32", glob("avg"), False),  # warp sums: another order
+    ("global_max_thread", [1, 5, 32, 32], "float32", glob("max"), True),
+    ("trt_blend", [1, 3, 10, 11], "float32",
+     trt("MAX_AVERAGE_BLEND", [3, 3], [1, 1], [1, 1], [1, 1], blend=0.25), True),
+]
+KNOBS = cuda.Pool().knobs()
+
+
+def test_knobs_are_config_overrides_that_move_the_schedule():
+    """Every knob overrides CudaConfig fields (the hand-written schedule first) and changes the
+    schedule of at least one form."""
+    assert KNOBS[0][1] == {}
+    fields = {f.name for f in dataclasses.fields(cuda.CudaConfig)}
+    funcs = [_te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0],
+             _te_func([1, 8, 16, 32], lambda x: compute.avg_pool(x, [2, 2], [2, 2], None, [0] * 4))[0],
+             _te_func([1, 9, 40, 40], lambda x: compute.global_pool(x, "avg"))[0],
+             _te_func([1, 64, 56, 56], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0]]
+    rule = cuda.Pool()
+    hand = [rule.schedule(s_tir.Schedule(f), CONFIG) for f in funcs]
+    for label, overrides in KNOBS[1:]:
+        assert overrides and set(overrides) <= fields, label
+        knob = dataclasses.replace(CONFIG, **overrides)
+        moved = [rule.schedule(s_tir.Schedule(f), knob) for f in funcs]
+        assert all(m is not None for m in moved), label
+        assert any(not _same(m, h) for m, h in zip(moved, hand)), f"{label}: the same schedule as hand-written"
+
+
+def _check_outputs(got, want, exact):
+    assert len(got) == len(want) == len(exact)
+    for g, w, e in zip(got, want, exact):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if e:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("knob", KNOBS, ids=[label for label, _ in KNOBS])
+def test_knob_schedules_are_valid_and_exact(knob):
+    """Each point of the design space, on every form: simulated, bit for bit the unscheduled
+    compute (the warp sum to rounding); built for sm_80, every kernel passes VerifyGPUCode with
+    at most the knob's threads per block, shared memory within the limit, every vector access
+    provably aligned, no write outside a buffer and, with nvcc, ptxas assembles every kernel."""
+    _, overrides = knob
+    mod = batch_module([c[1:4] for c in KNOB_CASES])
+    xs = inputs_for(mod, nan=True)
+    want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
+    exact = [c[4] for c in KNOB_CASES for _ in range(2 if c[0] == "indices" else 1)]
+    _check_outputs(cc.run_cpu(cc.simulate(mod, overrides=overrides), *xs), want, exact)
+    build = cc.cuda_build(mod, "sm_80", overrides=overrides)
+    verdict = cc.verify_gpu(build)
+    assert len(verdict) >= len(KNOB_CASES) and all(verdict.values()), verdict
+    config = dataclasses.replace(CONFIG, **overrides)
+    funcs = _pool_funcs(build)
+    assert len(funcs) == len(KNOB_CASES)
+    for name, func in funcs.items():
+        assert cuda.shared_bytes(func) <= config.shared_limit, name
+        assert all(aligned for _, _, aligned in cuda.vector_accesses(func)), name
+        assert all(k["threads_per_block"] <= config.max_threads for k in cc.launch_report(func)), name
+    if cc.have_nvcc():  # it assembles (spills are the knob's cost, for tuning to measure:
+        # inlined 3-D passes spill)
+        assert len(cc.ptxas_report([build.source], archs=["sm_80"])) == len(verdict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -631,7 +846,7 @@ def test_misaligned_vector_access_is_caught():
     x = te.placeholder((1, 2, 16, 17), "float32", name="x")
     func = te.create_prim_func([x, compute.max_pool(x, [2, 2], [2, 2], None, [0] * 4)])
     forced = s_tir.Schedule(func)
-    cuda.schedule_function(forced, tvm.target.Target(SM80))
+    cuda.schedule_function(forced, cuda.CudaConfig.for_target(tvm.target.Target(SM80)))
     assert ("x", 4, False) in cuda.vector_accesses(forced.mod["main"])
     assert cuda.vector_accesses(cuda.Pool().apply(func, tvm.target.Target(SM80), False).mod["main"]) == []
 
