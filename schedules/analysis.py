@@ -127,10 +127,11 @@ def root_blocks(sch: s_tir.Schedule) -> list:
 
 
 def _has_root(sch) -> bool:
+    """Whether the function has a root block (TVMScript written without blocks has none)."""
     try:
         sch.get_sblock("root")
         return True
-    except Exception:  # pylint: disable=broad-except
+    except s_tir.ScheduleError:
         return False
 
 
