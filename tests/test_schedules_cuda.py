@@ -587,7 +587,14 @@ def _check_outputs(got, want, exact):
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("knob", KNOBS, ids=[label for label, _ in KNOBS])
+# Every knob is checked under -m slow (each builds nine kernels, 15-55 s); the default suite
+# keeps one that moves threads, tiles and vector loads at once.
+DEFAULT_KNOBS = ("threads: 128 per block",)
+
+
+@pytest.mark.parametrize("knob", [
+    pytest.param(k, marks=() if k[0] in DEFAULT_KNOBS else pytest.mark.slow) for k in KNOBS
+], ids=[label for label, _ in KNOBS])
 def test_knob_schedules_are_valid_and_exact(knob):
     """Each point of the design space, on every form: simulated, bit for bit the unscheduled
     compute (the warp sum to rounding); built for sm_80, every kernel passes VerifyGPUCode with
