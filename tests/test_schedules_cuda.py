@@ -587,14 +587,11 @@ def _check_outputs(got, want, exact):
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
 
 
-# Every knob is checked under -m slow (each builds nine kernels, 15-55 s); the default suite
-# keeps one that moves threads, tiles and vector loads at once.
-DEFAULT_KNOBS = ("threads: 128 per block",)
-
-
-@pytest.mark.parametrize("knob", [
-    pytest.param(k, marks=() if k[0] in DEFAULT_KNOBS else pytest.mark.slow) for k in KNOBS
-], ids=[label for label, _ in KNOBS])
+# Under -m slow: each knob builds nine kernels (15-55 s). The default suite checks that every knob
+# schedules every form (test_knobs_are_config_overrides_that_move_the_schedule) and the
+# hand-written point's builds (test_every_case_builds_for_arch).
+@pytest.mark.slow
+@pytest.mark.parametrize("knob", KNOBS, ids=[label for label, _ in KNOBS])
 def test_knob_schedules_are_valid_and_exact(knob):
     """Each point of the design space, on every form: simulated, bit for bit the unscheduled
     compute (the warp sum to rounding); built for sm_80, every kernel passes VerifyGPUCode with

@@ -271,6 +271,9 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
     assert any("missing" in m and "not a directory" in m for m in messages)
 
 
+# Under -m slow (34 s): the default suite tunes through the RPC tracker on the emulated aarch64
+# board (test_arm_emulated.py), which covers this flow and cross-compilation too.
+@pytest.mark.slow
 def test_tune_through_the_rpc_tracker(tmp_path):
     """python -m tvm.exec.rpc_tracker + rpc_server on 127.0.0.1; the builder exports a shared
     object (the device needs no compiler); Conv -> Relu -> MaxPool is measured on the server:
