@@ -24,6 +24,8 @@ pool is never slower than the hand-written one it was measured against.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tvm
 import tvm_ffi
 from tvm import s_tir
@@ -63,8 +65,6 @@ def pool_candidates(mod: tvm.IRModule, target) -> list:
 def candidates(rule, base: s_tir.Schedule, target) -> list:
     """``[(label, schedule)]``: ``rule.schedule`` of a copy of ``base`` for each of the rule's
     knobs that schedules, structural duplicates joined (" = "), the hand-written one first."""
-    import dataclasses  # pylint: disable=import-outside-toplevel
-
     config = rule.config(target)
     found = []  # [([labels], schedule)]
     for label, overrides in rule.knobs():
