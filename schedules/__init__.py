@@ -38,11 +38,14 @@ def prepare_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     return _function_pass(target, "prepare", lambda func: analysis.has_pool_units(func) and not _scheduled(func))
 
 
-def finish_pass(target: tvm.target.Target) -> tvm.transform.Pass:
+def finish_pass(target: tvm.target.Target, scheduled_only: bool = True) -> tvm.transform.Pass:
     """A module pass that applies the target family's rewrites of a *scheduled* pooling PrimFunc
     (aarch64: float sums started at -0.0), whichever path scheduled it: the hand-written rule,
-    a tuning record, or a candidate being measured while tuning."""
-    return _function_pass(target, "finish", lambda func: _scheduled(func) and _has_pool_blocks(func))
+    a tuning record, or a candidate being measured while tuning. In a module, scheduled
+    functions are those marked ``tirx.is_scheduled``; a tuning candidate carries no mark, so the
+    builder, all of whose functions are scheduled, passes ``scheduled_only=False``."""
+    return _function_pass(target, "finish",
+                          lambda func: (_scheduled(func) or not scheduled_only) and _has_pool_blocks(func))
 
 
 def _scheduled(func) -> bool:

@@ -191,6 +191,13 @@ def test_one_path_on_aarch64(model_attrs):
         spaces = tvm.get_global_func("s_tir.meta_schedule.arm_cpu.tvm_pool." + analysis.pool_kind(base.get(anchor)))(base, anchor)
     assert tvm_ffi.structural_equal(spaces[0].mod, hand.mod)
 
+    # a candidate being measured (no tirx.is_scheduled mark) is finished by the builder's pass
+    candidate = finish_pass(ARM, scheduled_only=False)(hand.mod)["main"]
+    assert tvm_ffi.structural_equal(candidate, dlight)
+    if "Average" in model_attrs["op_type"]:  # a sum: started at -0.0 once finished
+        assert "-0.0" in candidate.script() and "-0.0" not in hand.mod["main"].script()
+        assert finish_pass(ARM)(hand.mod)["main"].same_as(hand.mod["main"])  # unmarked: left alone
+
     # the tuned function (a trace replayed, then tirx.is_scheduled) gets the same finish as dlight's
     tuned = fused.shallow_copy() if hasattr(fused, "shallow_copy") else tvm.IRModule(dict(fused.functions_items()))
     tuned[gv] = hand.mod["main"].with_attr("tirx.is_scheduled", True)

@@ -90,10 +90,11 @@ def test_the_builder_finishes_every_candidate_before_building_it(monkeypatch):
     finished = []
     real = schedules.finish_pass
 
-    def recording(target):
+    def recording(target, scheduled_only=True):
+        assert not scheduled_only  # a candidate carries no tirx.is_scheduled mark
         def apply(mod):
             finished.append((str(target.kind.name), mod))
-            return real(target)(mod)
+            return real(target, scheduled_only)(mod)
 
         return apply
 

@@ -65,7 +65,7 @@ def in_process_builder(fcompile):
                 try:
                     # MetaSchedule's default_build, without its `import tvm.s_tir.tensor_intrin`
                     # (54-180 s on this loaded machine; float schedules use no tensor intrinsics)
-                    mod = schedules.finish_pass(item.target)(item.mod)
+                    mod = schedules.finish_pass(item.target, scheduled_only=False)(item.mod)
                     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
                     rt_mod = tvm.tirx.build(mod, target=item.target)
                     results.append(BuilderResult(_export_so(rt_mod, fcompile), None))
