@@ -63,6 +63,8 @@ def start(peer: str, model, x, threads: int, w: Workload):
     """``(run, compile_s)`` of ``peer`` on one workload: ``run`` calls the model once on ``x``,
     ``compile_s`` is the compile time (tvm_pool's, the report's last column; None for the
     others). Raises NotAvailable saying why the peer cannot run it."""
+    if w is not None and w.road == "torch":
+        return _start_torch_road(peer, model, x, threads, w)
     module = OPTIONAL_MODULES.get(peer)
     if module is not None:
         try:
@@ -73,6 +75,48 @@ def start(peer: str, model, x, threads: int, w: Workload):
         return STARTERS[peer](model, x, threads, w)
     except runtime_errors(peer) as err:
         raise NotAvailable(f"failed: {short_reason(err)}") from err
+
+
+def _start_torch_road(peer: str, program, x, threads: int, w: Workload):
+    """A torch-road workload (``program``: its torch.export program): tvm_pool's and stock TVM's
+    ``from_exported_program``, and PyTorch eager. A TVM result that differs from eager's is
+    not timed: the report says why instead (stock TVM returns zeros as max-pool indices)."""
+    if peer in ("onnxruntime", "openvino"):
+        raise NotAvailable("a torch.export workload (no ONNX model)")
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import torch  # pylint: disable=import-outside-toplevel
+
+    from .workloads import torch_function  # pylint: disable=import-outside-toplevel
+
+    torch.set_num_threads(threads)
+    t = torch.from_numpy(x)
+    expected = [r.numpy() for r in torch_function(w)(t)]
+    if peer == "torch":
+        return lambda: torch_function(w)(t), None
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    try:
+        if peer == "tvm_pool":
+            import tvm_pool  # pylint: disable=import-outside-toplevel
+
+            mod, build = tvm_pool.from_exported_program(program), lambda m: tvm_pool.compile(m, target="host")
+        else:
+            from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+
+            from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
+
+            mod, build = from_exported_program(program), lambda m: tvm.compile(m, target=host_target())
+        start_s = time.perf_counter()
+        ex = build(mod)
+        compile_s = time.perf_counter() - start_s
+    except runtime_errors(peer) + (AssertionError,) as err:
+        raise NotAvailable(f"import: {short_reason(err)}") from err
+    run = _tvm_runner(ex, x)
+    got = [o.numpy() for o in run()]
+    for name, g, e in zip(("values", "indices"), got, expected):
+        if g.shape != e.shape or not np.array_equal(g, e):
+            raise NotAvailable(f"wrong {name} (differ from PyTorch eager), not timed")
+    return run, compile_s
 
 
 def _tvm_runner(ex, x):

@@ -21,13 +21,13 @@ from .peers import PEERS, NotAvailable, torch_call
 from .report import RESULTS_DIR, plot, to_markdown
 from .summary import geomean
 from .timing import ROUNDS, copy_runner
-from .workloads import Workload, build_model, fused_bias, make_input, out_bytes, workloads
+from .workloads import Workload, build_model, fused_bias, make_input, out_bytes, torch_workloads, workloads
 
 # The benchmark's public names, as before the split into modules: tune_shipped, the tests and
 # users import them from here.
 __all__ = ["PEERS", "RESULTS_DIR", "ROUNDS", "NotAvailable", "Workload", "build_model", "copy_runner", "fused_bias",
            "geomean", "main", "make_input", "out_bytes", "parse_args", "plot", "run_threads", "run_workload",
-           "summarize", "to_markdown", "torch_call", "workloads"]
+           "summarize", "to_markdown", "torch_call", "torch_workloads", "workloads"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -41,7 +41,8 @@ def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
     Peers take turns (``timing.take_turns``) and a peer's figure is the median over all its
     calls; the summary is the geometric mean of tvm_pool's speedups over the best peer.
     """
-    rows = [run_workload(w, threads, repeat) for w in workloads(quick) if not only or w.name in only]
+    every = workloads(quick) + torch_workloads(quick)
+    rows = [run_workload(w, threads, repeat) for w in every if not only or w.name in only]
     geo = geomean([r["speedup"] for r in rows if "speedup" in r])
     return {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
             "geomean_speedup": geo, "machine": _machine()}

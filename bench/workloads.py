@@ -26,6 +26,10 @@ class Workload:
     indices: bool = False
     large: bool = False  # out of cache: the copy limit matters
     fused: bool = False  # Relu before the pool and Add (a per-channel bias) after
+    # "onnx": one ONNX model that every peer runs; "torch": a torch.nn.functional pool (``op``,
+    # keyword ``attrs``) through torch.export, run by tvm_pool's and stock TVM's
+    # from_exported_program and by PyTorch eager (the PyTorch road; ONNX peers do not apply).
+    road: str = "onnx"
 
 
 QUICK = ("resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8")
@@ -85,6 +89,40 @@ def workloads(quick: bool) -> list[Workload]:
     return w
 
 
+def torch_workloads(quick: bool) -> list[Workload]:
+    """The PyTorch road's workloads: the pooling variants only tvm_pool converts exactly
+    (indices numbered per plane, adaptive max pooling with indices)."""
+    w = [
+        Workload("torch_maxpool_indices", "ResNet stem, max_pool2d_with_indices", "max_pool2d", [1, 64, 112, 112],
+                 dict(kernel_size=3, stride=2, padding=1), indices=True, road="torch"),
+        Workload("torch_adaptive_maxpool", "adaptive_max_pool2d 14x14 -> 7x7, indices", "adaptive_max_pool2d",
+                 [1, 512, 14, 14], dict(output_size=(7, 7)), indices=True, road="torch"),
+        Workload("torch_adaptive_maxpool_odd", "adaptive_max_pool2d 13x13 -> 6x6, indices (SPP)",
+                 "adaptive_max_pool2d", [1, 256, 13, 13], dict(output_size=(6, 6)), indices=True, road="torch"),
+    ]
+    return w[:2] if quick else w
+
+
+def torch_function(w: Workload):
+    """``x -> F.<op>(x, **attrs)`` of a torch-road workload (with ``return_indices``)."""
+    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+
+    fn = getattr(F, w.op)
+    return lambda x: fn(x, **w.attrs, return_indices=w.indices)
+
+
+def _torch_program(w: Workload):
+    import torch  # pylint: disable=import-outside-toplevel
+
+    call = torch_function(w)
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return call(x)
+
+    return torch.export.export(Pool(), (torch.from_numpy(make_input(w)),))
+
+
 def _onnx_dtype(dtype):
     from onnx import TensorProto  # pylint: disable=import-outside-toplevel
 
@@ -94,7 +132,10 @@ def _onnx_dtype(dtype):
 
 def build_model(w: Workload):
     """The ONNX model of ``w`` (input "x", outputs "y" and, with indices, "i"), shapes inferred so
-    that ``out_bytes`` can read the output sizes, at the IR version every peer accepts."""
+    that ``out_bytes`` can read the output sizes, at the IR version every peer accepts. A
+    torch-road workload's model is its ``torch.export.ExportedProgram``."""
+    if w.road == "torch":
+        return _torch_program(w)
     import onnx  # pylint: disable=import-outside-toplevel
     from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
 
@@ -139,6 +180,9 @@ def out_bytes(model) -> int:
     what one call must move at least, the size of the copy limit."""
     from onnx import helper  # pylint: disable=import-outside-toplevel
 
+    if hasattr(model, "graph_signature"):  # a torch.export program: its outputs' fake tensors
+        outs = [n for n in model.graph.nodes if n.op == "output"][0].args[0]
+        return sum(o.meta["val"].numel() * o.meta["val"].element_size() for o in outs)
     total = 0
     for o in model.graph.output:
         t = o.type.tensor_type

@@ -9,6 +9,7 @@ from . import relax_ops, spec  # noqa: E402
 from .errors import InvalidModelError, TvmPoolError, UnsupportedError  # noqa: E402
 from .lowering import compile  # noqa: A004,E402  (same name as tvm.compile on purpose)
 from .onnx import from_onnx  # noqa: E402
+from .pytorch import from_exported_program  # noqa: E402
 from .tuning import tune  # noqa: E402
 
-__all__ = ["InvalidModelError", "TvmPoolError", "UnsupportedError", "compile", "from_onnx", "relax_ops", "spec", "tune"]
+__all__ = ["InvalidModelError", "TvmPoolError", "UnsupportedError", "compile", "from_exported_program", "from_onnx", "relax_ops", "spec", "tune"]

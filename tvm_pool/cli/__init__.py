@@ -1,13 +1,17 @@
-"""``tvm-pool``: compile, run, inspect and demo ONNX models with tvm_pool.
+"""``tvm-pool``: compile, run, inspect and demo ONNX models and torch.export programs with tvm_pool.
 
     tvm-pool demo                                   # built-in example, checked against onnxruntime
     tvm-pool compile model.onnx -o model.so [--target host|x86|arm|cuda|'<JSON>']
                      [--input-shapes NAME=D0,D1,...]... [--tuning-log DIR]... [--no-tuning-logs]
     tvm-pool run model.so --inputs in.npz [-o out.npz] [--repeat N]
+    tvm-pool run model.pt2 [--inputs in.npz] [--input-shapes NAME=D0,D1,...]... [-o out.npz] [--repeat N]
     tvm-pool inspect model.onnx [--target ...] [--tuning-log DIR]... [--no-tuning-logs]
     tvm-pool tune model.onnx [--target ...] [--trials N] [--log-dir DIR]
                   [--rpc-tracker HOST:PORT --rpc-key KEY]
     tvm-pool bench [args...]                        # tvm_pool.bench
+
+Wherever a command takes ``model.onnx`` it also takes ``model.pt2``, a program saved by
+``torch.export.save`` (:mod:`tvm_pool.cli.exported`; PyTorch is the optional ``torch`` extra).
 
 One module per command (``compile``, ``run``, ``inspect``, ``demo``, ``tune``, ``bench``), each with
 ``NAME``, ``add_parser(subparsers)`` and ``run(args) -> int``, registered in :data:`COMMANDS`;
@@ -46,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tvm-pool",
-        description="Exact, fast pooling for Apache TVM: compile, run and inspect ONNX models.",
+        description="Exact, fast pooling for Apache TVM: compile, run and inspect ONNX models and torch.export programs (.pt2).",
         parents=[common_options()],
         epilog="Start with: tvm-pool demo",
     )

@@ -1,5 +1,6 @@
 """What every ``tvm-pool`` command shares: one-line errors, progress lines, ONNX loading,
-``--target`` and ``--input-shapes`` parsing, and the importer with its noise captured."""
+``--target`` and ``--input-shapes`` parsing, and the importers with their noise captured
+(torch.export programs, ``.pt2``, are in :mod:`tvm_pool.cli.exported`)."""
 
 from __future__ import annotations
 
@@ -368,13 +369,19 @@ def from_onnx_function():
 def import_onnx(model, verbose: bool = False, quiet: bool = False, **kwargs):
     """tvm_pool.from_onnx with importer noise captured and errors reduced to one line (the
     captured output is shown after a success unless ``quiet``)."""
+    return import_model(from_onnx_function(), model, verbose, quiet, **kwargs)
+
+
+def import_model(convert, model, verbose: bool = False, quiet: bool = False, **kwargs):
+    """``convert(model, **kwargs)`` (an importer: from_onnx, from_exported_program) with its
+    noise captured and errors reduced to one line (the captured output is shown after a
+    success unless ``quiet``)."""
     quiet_tvm_warnings()
-    from_onnx = from_onnx_function()
     message = None
     with native_output_captured(enabled=not verbose) as captured:
         captured.replay = not quiet
         try:
-            return from_onnx(model, **kwargs)
+            return convert(model, **kwargs)
         except MODEL_ERRORS as err:
             if verbose:
                 raise

@@ -1,10 +1,12 @@
-"""``tvm-pool compile model.onnx -o model.so``: an ONNX model to a deployable shared library."""
+"""``tvm-pool compile model.onnx -o model.so``: an ONNX model, or a program saved by
+``torch.export.save`` (``model.pt2``), to a deployable shared library."""
 
 from __future__ import annotations
 
 import os
 
 from ..targets import export_compiler
+from . import exported
 from .common import (
     TARGET_HELP,
     CliError,
@@ -29,13 +31,13 @@ NAME = "compile"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser(NAME, parents=[common_options()], help="compile an ONNX model to a deployable shared library")
-    p.add_argument("model", help="the ONNX model (.onnx)")
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="compile an ONNX model or torch.export program to a deployable shared library")
+    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
     p.add_argument("-o", "--output", help="the shared library to write (default: MODEL with .so)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument(
         "--input-shapes", action="append", metavar="NAME=D0,D1,...",
-        help="static shape of an input with symbolic dimensions (repeatable)",
+        help="static shape of an input with symbolic dimensions (repeatable; a .pt2 keeps them symbolic without it)",
     )
     add_tuning_options(p)
     return p
@@ -63,8 +65,6 @@ def compile_onnx(
     tuning_logs=None, shipped_logs: bool = True,
 ):
     """Import + compile an ONNX model with its signature embedded; returns (executable, signature, target)."""
-    import tvm_pool  # pylint: disable=import-outside-toplevel
-
     from .. import artifact  # pylint: disable=import-outside-toplevel
 
     progress = progress or Progress(3, quiet=True)
@@ -82,6 +82,46 @@ def compile_onnx(
         source=os.path.basename(source) if source else "",
         tvm_pool_version=version(),
     )
+    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
+
+
+def compile_program(
+    program, *, target="host", input_shapes=None, source: str = "", progress=None, verbose=False,
+    tuning_logs=None, shipped_logs: bool = True,
+):
+    """Import + compile a torch.export program with its signature embedded; returns
+    (executable, signature, target). Symbolic dimensions (a ``torch.export.Dim`` batch) stay
+    symbolic unless ``input_shapes`` fixes them (all of them: the program is re-exported static)."""
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
+    progress = progress or Progress(3, quiet=True)
+    tgt = resolve_target(target)
+    inputs = exported.program_inputs(program, source or "the program")
+    bindings = exported.check_input_shapes(inputs, input_shapes or {}, exported.symbol_ranges(program))
+    program = exported.specialize_program(program, inputs, bindings, source or "the program")
+    progress.step(f"importing {source or 'program'} (torch.export, {exported.count_ops(program)} ATen ops)")
+    mod = exported.import_program(program, verbose, progress.quiet)
+    signature = artifact.make_signature(
+        mod,
+        input_names=[i.name for i in inputs],
+        output_names=exported.output_names(program, len(artifact.output_types(mod[artifact.ENTRY]))),
+        target=str(tgt),
+        source=os.path.basename(source) if source else "",
+        tvm_pool_version=version(),
+    )
+    symbols = {d for t in signature["inputs"] for d in t["shape"] or [] if isinstance(d, str)}
+    ranges = exported.symbol_ranges(program)
+    if symbols & set(ranges):  # what `run` checks the sizes of symbolic dimensions against
+        signature["dim_ranges"] = {name: list(ranges[name]) for name in sorted(symbols & set(ranges))}
+    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
+
+
+def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=None, shipped_logs: bool = True):
+    """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target)."""
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
     mod = artifact.embed_signature(mod, signature)
     progress.step(f"compiling for {target_label(tgt)}")
     with tuning_log_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
@@ -106,10 +146,25 @@ def output_path(model_path: str, output: str | None) -> str:
     return path
 
 
+def load_model(path: str, input_shapes):
+    """The model at ``path`` (an ONNX model, or a torch.export program for ``.pt2``) and its
+    ``--input-shapes``, checked before anything slow (for ONNX, symbolic inputs fail here)."""
+    if exported.is_program_path(path):
+        program = exported.load_program(path)
+        overrides = parse_input_shapes(input_shapes)
+        inputs = exported.program_inputs(program, path)
+        bindings = exported.check_input_shapes(inputs, overrides, exported.symbol_ranges(program))
+        if bindings:
+            exported.require_static(inputs, bindings, "--input-shapes must fix every symbolic dimension of a .pt2")
+        return program, overrides
+    model = load_onnx(path)
+    overrides = parse_input_shapes(input_shapes)
+    resolve_input_shapes(model, overrides)
+    return model, overrides
+
+
 def run(args) -> int:
-    model = load_onnx(args.model)
-    overrides = parse_input_shapes(args.input_shapes)
-    resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
+    model, overrides = load_model(args.model, args.input_shapes)
     target = resolve_target(args.target)  # unknown targets too
     for log_dir in args.tuning_logs or []:
         if not os.path.isdir(log_dir):
@@ -118,7 +173,8 @@ def run(args) -> int:
     output = output_path(args.model, args.output)
     progress = Progress(4, quiet=args.quiet)
     progress.step(f"loaded {args.model}")
-    executable, signature, _ = compile_onnx(
+    build = compile_program if exported.is_program_path(args.model) else compile_onnx
+    executable, signature, _ = build(
         model, target=target, input_shapes=overrides, source=args.model, progress=progress, verbose=args.verbose,
         tuning_logs=args.tuning_logs, shipped_logs=not args.no_tuning_logs,
     )

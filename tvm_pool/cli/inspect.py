@@ -1,11 +1,13 @@
 """``tvm-pool inspect model.onnx``: which converter, output shape, padding, schedule rule and
-tuning record each pooling node gets."""
+tuning record each pooling node gets; for a torch.export program (``model.pt2``), each ATen
+pooling node with its arguments, types, schedule rule and tuning record."""
 
 from __future__ import annotations
 
 import sys
 
 from ..errors import TvmPoolError
+from . import exported
 from .common import (
     MODEL_ERRORS,
     TARGET_HELP,
@@ -43,7 +45,7 @@ WINDOW_POOLS = ("MaxPool", "AveragePool", "LpPool")
 
 def add_parser(subparsers):
     p = subparsers.add_parser(NAME, parents=[common_options()], help="show how tvm_pool handles each pooling node")
-    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument("--input-shapes", action="append", metavar="NAME=D0,D1,...", help="static input shapes")
     from .compile import add_tuning_options  # pylint: disable=import-outside-toplevel
@@ -200,6 +202,8 @@ def tuning_record_for(probe_mod, target, tuning_logs=None, shipped: bool = True)
 def run(args) -> int:
     from ..onnx.base import converter_for  # pylint: disable=import-outside-toplevel
 
+    if exported.is_program_path(args.model):
+        return _inspect_program(args)
     model = load_onnx(args.model)
     overrides = parse_input_shapes(args.input_shapes)
     target = resolve_target(args.target)
@@ -279,3 +283,67 @@ def _inspect_node(model, node, index: int, shapes, target, args) -> int:
     record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)
     print(f"    tuning:    {record or 'none (no tuning record: the schedule above)'}")
     return failures
+
+
+# --------------------------------------------------------------------------------------------
+# torch.export programs (.pt2).
+# --------------------------------------------------------------------------------------------
+
+
+def _inspect_program(args) -> int:
+    program = exported.load_program(args.model)
+    import torch  # pylint: disable=import-outside-toplevel  (load_program has checked it is there)
+
+    inputs = exported.program_inputs(program, args.model)
+    bindings = exported.check_input_shapes(
+        inputs, parse_input_shapes(args.input_shapes), exported.symbol_ranges(program)
+    )
+    target = resolve_target(args.target)
+    quiet_tvm_warnings()
+    print(
+        f"{args.model}: torch.export program (torch {torch.__version__.split('+')[0]}), "
+        f"{exported.count_ops(program)} ATen ops, inputs {', '.join(i.describe(bindings) for i in inputs)}"
+    )
+    print(f"target: {target_label(target)}")
+    pooling = exported.pooling_nodes(program)
+    if not pooling:
+        print("no pooling nodes")
+        return 0
+    failures = 0
+    with tuning_log_warnings_shown():  # each once, after the nodes; -q does not hide them
+        for index, node in enumerate(pooling):
+            failures += _inspect_aten_node(program, node, index, bindings, target, args)
+    if failures:
+        raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
+    return 0
+
+
+def _inspect_aten_node(program, node, index: int, bindings, target, args) -> int:
+    """Print what happens to one ATen pooling node; returns 1 when its import fails, else 0."""
+    namespace, packet, overload = exported.op_key(node)
+    print(f"\n[{index + 1}] node '{node.name}': {namespace}.{packet}.{overload}")
+    print(f"    converter: {exported.converter_of(node)}")
+    tensors, others = exported.node_arguments(node)
+    print(f"    arguments: {', '.join(f'{k}={exported.fmt_value(v)}' for k, v in others) or 'none'}")
+    for role, source in tensors:
+        label = "input:" if role in ("self", "input") else f"{role}:"
+        print(f"    {label:<10} {source.name} {exported.fmt_value_type(source.meta.get('val'), bindings)}")
+    print(f"    output:    {exported.fmt_value_type(node.meta.get('val'), bindings)}")
+    try:
+        probe = exported.probe_program(program, node, bindings)
+    except exported.NoProbe as err:
+        print(f"    schedule:  ? ({err})")
+        return 0
+    try:
+        probe_mod = exported.import_program(probe, args.verbose, quiet=True)
+    except CliError as err:
+        print(f"    error:     {err}")
+        return 1
+    try:
+        rule = schedule_rule_for(probe_mod, target)
+    except MODEL_ERRORS as err:
+        rule = f"? ({one_line(err)})"
+    print(f"    schedule:  {rule}")
+    record = tuning_record_for(probe_mod, target, args.tuning_logs, not args.no_tuning_logs)
+    print(f"    tuning:    {record or 'none (no tuning record: the schedule above)'}")
+    return 0

@@ -1,4 +1,8 @@
-"""``tvm-pool run model.so --inputs in.npz [-o out.npz] [--repeat N]``: run a compiled module."""
+"""``tvm-pool run model.so --inputs in.npz [-o out.npz] [--repeat N]``: run a compiled module.
+
+``tvm-pool run model.pt2 [--inputs in.npz] [--input-shapes NAME=D0,...]``: compile a program saved
+by ``torch.export.save`` for this CPU, then run it the same way; without ``--inputs`` it runs on
+random inputs of the shapes the program was exported with (or ``--input-shapes``)."""
 
 from __future__ import annotations
 
@@ -6,15 +10,37 @@ import os
 import time
 from typing import Sequence
 
-from .common import CliError, Progress, check_output, common_options, fmt_shape, one_line, require_input_file
+from . import exported
+from .common import (
+    CliError,
+    Progress,
+    check_output,
+    common_options,
+    fmt_shape,
+    one_line,
+    parse_input_shapes,
+    require_input_file,
+)
 
 NAME = "run"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser(NAME, parents=[common_options()], help="run a module compiled by tvm-pool compile")
-    p.add_argument("module", help="the compiled module (.so)")
-    p.add_argument("--inputs", required=True, help=".npz with one array per model input, by input name")
+    p = subparsers.add_parser(
+        NAME, parents=[common_options()], help="run a module compiled by tvm-pool compile, or a torch.export program"
+    )
+    p.add_argument(
+        "module", help="the compiled module (.so), or a torch.export program (.pt2), compiled for this CPU first"
+    )
+    p.add_argument(
+        "--inputs",
+        help=".npz with one array per model input, by input name (required for a .so; a .pt2 without it runs on "
+        "random inputs of the shapes it was exported with)",
+    )
+    p.add_argument(
+        "--input-shapes", action="append", metavar="NAME=D0,D1,...",
+        help="a .pt2 only: static shape of an input with symbolic dimensions (repeatable), also the random inputs' shape",
+    )
     p.add_argument("-o", "--output", help="write the outputs, by output name, to this .npz")
     p.add_argument("--repeat", type=int, help="time N runs and print median/mean/min/max")
     return p
@@ -73,7 +99,29 @@ def check_inputs(signature: dict, arrays: dict, source: str = "inputs") -> list:
         ):
             raise CliError(f"input '{spec['name']}' has shape {list(arr.shape)}; the model takes {fmt_shape(shape)}")
         ordered.append(np.ascontiguousarray(arr))
+    _check_symbolic_dims(expected, ordered, signature.get("dim_ranges") or {})
     return ordered
+
+
+def _check_symbolic_dims(expected: list, arrays: list, ranges: dict) -> None:
+    """A symbolic dimension takes one size across the inputs, inside the range the program was
+    exported for (``dim_ranges`` of a signature compiled from a .pt2: name -> [lowest, highest])."""
+    sizes: dict[str, tuple[int, str]] = {}
+    for spec, arr in zip(expected, arrays):
+        for dim, size in zip(spec["shape"] or [], arr.shape):
+            if not isinstance(dim, str):
+                continue
+            if dim in sizes and sizes[dim][0] != size:
+                raise CliError(
+                    f"input '{spec['name']}' has {dim}={size} but input '{sizes[dim][1]}' has {dim}={sizes[dim][0]}"
+                )
+            sizes[dim] = (int(size), spec["name"])
+            low, high = (list(ranges.get(dim) or []) + [None, None])[:2]
+            if (low is not None and size < low) or (high is not None and size > high):
+                raise CliError(
+                    f"input '{spec['name']}' has {dim}={size}; the program was exported for {dim} in "
+                    f"[{low if low is not None else 0}, {high if high is not None else 'inf'}]"
+                )
 
 
 def run_artifact(vm, signature: dict, arrays: list, device) -> list:
@@ -118,7 +166,9 @@ def output_path(args) -> str | None:
     if not args.output:
         return None
     path = args.output if args.output.endswith(".npz") or os.path.isdir(args.output) else args.output + ".npz"
-    return check_output(path, "-o", {"the --inputs archive": args.inputs, "the module": args.module})
+    inputs = {"the --inputs archive": args.inputs} if args.inputs else {}
+    module = "the program" if exported.is_program_path(args.module) else "the module"
+    return check_output(path, "-o", {**inputs, module: args.module})
 
 
 def _load_module(path: str):
@@ -162,6 +212,50 @@ def _checked_call(what: str, fn, *args):
         raise CliError(f"{what}: {message}") from err
 
 
+def random_inputs(signature: dict, shapes: dict, seed: int = 0) -> dict:
+    """Seeded random arrays for every input of ``signature`` in ``shapes`` (name -> static
+    shape): standard normal floats, integers in [0, 10), booleans."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in signature["inputs"]:
+        shape, dtype = shapes[spec["name"]], spec["dtype"] or "float32"
+        if dtype == "bool":
+            arrays[spec["name"]] = rng.integers(0, 2, size=shape).astype(bool)
+        elif np.dtype(dtype if dtype != "bfloat16" else "float32").kind in "iu":
+            arrays[spec["name"]] = rng.integers(0, 10, size=shape).astype(dtype)
+        elif dtype == "bfloat16":
+            import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+            arrays[spec["name"]] = rng.standard_normal(shape).astype(np.float32).astype(ml_dtypes.bfloat16)
+        else:
+            arrays[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+    return arrays
+
+
+def _program_vm(args, overrides, progress):
+    """A .pt2 compiled for this CPU in memory: (VirtualMachine, signature, device, the shapes
+    of random inputs)."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+    from .compile import compile_program  # pylint: disable=import-outside-toplevel
+
+    program = exported.load_program(args.module)
+    inputs = exported.program_inputs(program, args.module)
+    bindings = exported.check_input_shapes(inputs, overrides, exported.symbol_ranges(program))
+    if bindings:
+        exported.require_static(inputs, bindings, "--input-shapes must fix every symbolic dimension of a .pt2")
+    shapes = None if args.inputs else exported.example_shapes(inputs, bindings)
+    progress.step(f"loaded {args.module}")
+    executable, signature, _ = compile_program(
+        program, target="host", input_shapes=overrides, source=args.module, progress=progress, verbose=args.verbose
+    )
+    device = artifact.device_for(signature)
+    return relax.VirtualMachine(executable, device), signature, device, shapes
+
+
 def run(args) -> int:
     import numpy as np  # pylint: disable=import-outside-toplevel
 
@@ -169,14 +263,32 @@ def run(args) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise CliError(f"--repeat must be at least 1, got {args.repeat}")
-    require_input_file(args.module, "a compiled module")
+    program = exported.is_program_path(args.module)
+    if not program:
+        if not args.inputs:
+            raise CliError(
+                f"running {args.module} needs --inputs IN.npz (one array per input, by name); only a .pt2 program "
+                "runs on random inputs"
+            )
+        if args.input_shapes:
+            raise CliError("--input-shapes applies to a .pt2 program; a compiled module takes the shapes of --inputs")
+    require_input_file(args.module, "a torch.export program (.pt2)" if program else "a compiled module")
+    overrides = parse_input_shapes(args.input_shapes) if program else {}
     output = output_path(args)
-    arrays = load_npz(args.inputs)
-    progress = Progress(3 if args.repeat else 2, quiet=args.quiet)
-    progress.step(f"loading {args.module}")
-    vm, signature = _load_module(args.module)
-    device = artifact.device_for(signature)
-    ordered = check_inputs(signature, arrays, source=args.inputs)
+    arrays = load_npz(args.inputs) if args.inputs else None
+    steps = (4 if program else 2) + (1 if args.repeat else 0)
+    progress = Progress(steps, quiet=args.quiet)
+    if program:
+        vm, signature, device, shapes = _program_vm(args, overrides, progress)
+        if arrays is None:
+            arrays = random_inputs(signature, shapes)
+            described = ", ".join(f"{k}{fmt_shape(list(v.shape))}" for k, v in arrays.items())
+            print(f"inputs: random (seed 0): {described}")
+    else:
+        progress.step(f"loading {args.module}")
+        vm, signature = _load_module(args.module)
+        device = artifact.device_for(signature)
+    ordered = check_inputs(signature, arrays, source=args.inputs or "the random inputs")
     progress.step("running main")
     outputs = _checked_call(f"{args.module}: main failed", run_artifact, vm, signature, ordered, device)
     names = [t["name"] for t in signature["outputs"]]

@@ -1,4 +1,4 @@
-"""``tvm-pool tune model.onnx``: tune every task of a model for a target; writes a MetaSchedule
+"""``tvm-pool tune model.onnx`` (or a torch.export program, ``model.pt2``): tune every task of a model for a target; writes a MetaSchedule
 JSON database (``database_workload.json`` / ``database_tuning_record.json``) and ``target.json``
 under ``--log-dir`` (default ``./tuning_logs/<family>``) that ``compile --tuning-log`` applies."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import exported
 from .common import (
     TARGET_HELP,
     CliError,
@@ -26,7 +27,7 @@ NAME = "tune"
 
 def add_parser(subparsers):
     p = subparsers.add_parser(NAME, parents=[common_options()], help="tune a model for a target (MetaSchedule), writing a tuning log")
-    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument("--trials", type=int, default=64, help="measurements for the non-pooling tasks (default 64; pooling tasks are searched exhaustively on top)")
     p.add_argument("--log-dir", help="where the log goes (default: ./tuning_logs/<target family>); an existing log there is extended")
@@ -45,9 +46,18 @@ def run(args) -> int:
     from .. import tuning  # pylint: disable=import-outside-toplevel
     from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
 
-    model = load_onnx(args.model)
-    overrides = parse_input_shapes(args.input_shapes)
-    shapes = resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
+    program = exported.is_program_path(args.model)
+    if program:
+        model = exported.load_program(args.model)
+        inputs = exported.program_inputs(model, args.model)
+        bindings = exported.check_input_shapes(
+            inputs, parse_input_shapes(args.input_shapes), exported.symbol_ranges(model)
+        )
+        exported.require_static(inputs, bindings, "tuning needs static shapes")  # before anything slow
+    else:
+        model = load_onnx(args.model)
+        overrides = parse_input_shapes(args.input_shapes)
+        shapes = resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
     target = resolve_target(args.target)
     if args.trials < 0:
         raise CliError(f"--trials must be >= 0, got {args.trials}")
@@ -66,9 +76,13 @@ def run(args) -> int:
     parent = os.path.dirname(os.path.abspath(log_dir))
     if not os.path.isdir(parent):
         raise CliError(f"--log-dir {log_dir}: directory {parent} does not exist")
-    dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
     quiet_tvm_warnings()
-    mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
+    if program:
+        model = exported.specialize_program(model, inputs, bindings, args.model)
+        mod = exported.import_program(model, args.verbose, args.quiet)
+    else:
+        dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
+        mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     result = tvm_pool.tune(
         mod, target, trials=args.trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say
@@ -77,6 +91,7 @@ def run(args) -> int:
     print(
         f"wrote {log_dir}: {len(result.tasks)} tasks ({pools} pooling), {result.trials} measurements in "
         f"{result.seconds:.0f} s; apply with: tvm-pool compile {args.model} --tuning-log {log_dir}"
+        + "".join(f" --input-shapes {item}" for item in args.input_shapes or [])
     )
     if result.emulated:
         print(f"note: measured on {result.emulated}")

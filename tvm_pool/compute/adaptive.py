@@ -83,11 +83,13 @@ def adaptive_max_pool(
     *,
     return_indices: bool = True,
     index_dtype: str = "int64",
+    nan_index: str = "first",
 ):
     """Adaptive max pooling over the last ``len(output_size)`` axes.
 
     Returns the values, or ``(values, indices)`` with ``return_indices``; indices number the
-    spatial positions of each (n, c) plane row-major (OpenVINO's and PyTorch's convention).
+    spatial positions of each (n, c) plane row-major (OpenVINO's and PyTorch's convention);
+    among NaNs the first (``nan_index="first"``) or the last (``"last"``, PyTorch) wins.
     """
     if index_dtype not in ("int32", "int64"):
         raise ValueError(f"index_dtype must be int32 or int64, got {index_dtype!r}")
@@ -108,7 +110,16 @@ def adaptive_max_pool(
 
         return te.compute(out_shape, value, name="adaptive_max_pool", attrs=block_attrs("adaptive_max", rank))
 
-    reducer = argmax_reducer(dtype, "int64")
+    if dtype == "bfloat16":
+        # As max_pool: TVM 0.27's bfloat16 legalization breaks on the (value, index) reducer;
+        # reduce in float32 (exact both ways) and narrow the values back.
+        wide = te.compute(data.shape, lambda *i: data[i].astype("float32"), name="widen",
+                          attrs=block_attrs("widen", rank))
+        values, index = adaptive_max_pool(wide, output_size, index_dtype=index_dtype, nan_index=nan_index)
+        narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="adaptive_max_pool_value",
+                            attrs=block_attrs("adaptive_max_index_finalize", rank))
+        return narrow, index
+    reducer = argmax_reducer(dtype, "int64", nan_index)
     sizes = [a.in_size for a in axes]
 
     def value_and_index(*out_idx):

@@ -46,6 +46,8 @@ def _assert(cond, kind: str, message: str):
 
 
 def _i64(x):
+    if isinstance(x, (int, tirx.IntImm)):
+        return tirx.IntImm("int64", int(x))  # a constant stays one (loop extents fold)
     return x if isinstance(x, tirx.Expr) and str(x.ty) == "int64" else tirx.Cast("int64", x)
 
 
@@ -89,7 +91,7 @@ _LOOP_CHUNK = 1 << 20
 
 def _serial_loop(extent, body):
     """``for k in range(extent): body(k)`` (int64), nested in chunks when it may be long."""
-    extent = _i64(extent)
+    extent = tvm.sym.Analyzer().simplify(_i64(extent))
     zero = tirx.const(0, "int64")
     if isinstance(extent, tirx.IntImm) and int(extent) <= _LOOP_CHUNK:
         k = tirx.Var("k", "int64")
@@ -104,18 +106,26 @@ def _serial_loop(extent, body):
 
 def _flat_view(buf, stmts: list):
     """A 1-D view of ``buf`` (same memory), declared by appending to ``stmts``."""
-    size = functools.reduce(lambda a, b: a * b, [_i64(d) for d in buf.shape], tirx.const(1, "int64"))
-    view = tirx.decl_buffer((size,), buf.dtype, name=f"{buf.name}_flat", data=buf.data, elem_offset=buf.elem_offset)
+    view = tirx.decl_buffer((_size(buf.shape),), buf.dtype, name=f"{buf.name}_flat", data=buf.data, elem_offset=buf.elem_offset)
     stmts.append(tirx.DeclBuffer(view, data=buf.data))
     return view
 
 
-def unpool_scatter(data: te.Tensor, indices: te.Tensor, shape, message: str, shape_message: str) -> te.Tensor:
+def unpool_scatter(
+    data: te.Tensor, indices: te.Tensor, shape, message: str, shape_message: str, plane_rank: int | None = None
+) -> te.Tensor:
     """A tensor of ``shape`` of zeros with each ``data`` value written at the flat position its
     ``indices`` value gives (row-major over ``shape``); an index outside ``[0, size)`` fails
     with ``IndexError: message``, indices of another size than data with ``ValueError:
     shape_message``. Flat views inside the kernel, so no reshape (TVM's reshape rewriting
-    breaks on tensors of 2^31 elements or more)."""
+    breaks on tensors of 2^31 elements or more).
+
+    ``plane_rank``: the indices number the positions of each plane of the last ``plane_rank``
+    axes instead (PyTorch's max_unpool): the bound is the output plane's size, and a value
+    lands in the output plane of the same leading index as its input plane."""
+    plane_sizes = None
+    if plane_rank is not None:
+        plane_sizes = (_size(data.shape[len(data.shape) - plane_rank :]), _size(list(shape)[len(shape) - plane_rank :]))
 
     def body(ins, outs):
         stmts = []
@@ -123,8 +133,12 @@ def unpool_scatter(data: te.Tensor, indices: te.Tensor, shape, message: str, sha
 
         def scatter(k):
             at = tirx.BufferLoad(idx, [k])
-            inside = tirx.all(at >= 0, at < out.shape[0])
-            return tirx.SeqStmt([_assert(inside, "IndexError", message), tirx.BufferStore(out, tirx.BufferLoad(x, [k]), [at])])
+            bound, base = out.shape[0], tirx.const(0, "int64")
+            if plane_sizes is not None:
+                bound, base = plane_sizes[1], tirx.floordiv(k, plane_sizes[0]) * plane_sizes[1]
+            inside = tirx.all(at >= 0, at < bound)
+            store = tirx.BufferStore(out, tirx.BufferLoad(x, [k]), [base + at])
+            return tirx.SeqStmt([_assert(inside, "IndexError", message), store])
 
         stmts.append(_assert(x.shape[0] == idx.shape[0], "ValueError", shape_message))
         stmts.append(_serial_loop(out.shape[0], lambda j: tirx.BufferStore(out, tirx.const(0, out.dtype), [j])))
@@ -132,3 +146,7 @@ def unpool_scatter(data: te.Tensor, indices: te.Tensor, shape, message: str, sha
         return tirx.SeqStmt(stmts)
 
     return te.extern([list(shape)], [data, indices], body, name="unpool_scatter", dtype=str(data.dtype))
+
+
+def _size(dims):
+    return functools.reduce(lambda a, b: a * b, [_i64(d) for d in dims], tirx.const(1, "int64"))

@@ -94,22 +94,29 @@ def nan_max_reducer(dtype: str):
     return te.comm_reducer(combine, identity, name="nan_max")
 
 
-def argmax_reducer(dtype: str, index_dtype: str):
+NAN_INDEX_RULES = ("first", "last")
+
+
+def argmax_reducer(dtype: str, index_dtype: str, nan_index: str = "first"):
     """(value, index) max; NaN beats every number; ties go to the smaller index.
 
     The index reduced is a row-major position, so "smaller index" is "first in scan order":
     a window's taps scan in row-major order, and row-major positions increase along that scan.
+    ``nan_index="last"``: among several NaNs the *last* one in scan order wins (PyTorch's CPU
+    kernels test ``val > max || isnan(val)`` at every tap); number ties still go to the first.
     """
+    if nan_index not in NAN_INDEX_RULES:
+        raise ValueError(f"nan_index must be one of {NAN_INDEX_RULES}, got {nan_index!r}")
     float_type = is_float(dtype)
 
     def combine(a, b):
         if float_type:
             a_nan, b_nan = is_nan(a[0]), is_nan(b[0])
-            a_wins = tirx.any(
-                tirx.all(a_nan, tirx.Not(b_nan)),
-                a[0] > b[0],
-                tirx.all(tirx.any(a[0] == b[0], tirx.all(a_nan, b_nan)), a[1] < b[1]),
-            )
+            if nan_index == "first":
+                ties = tirx.all(tirx.any(a[0] == b[0], tirx.all(a_nan, b_nan)), a[1] < b[1])
+            else:
+                ties = tirx.any(tirx.all(a[0] == b[0], a[1] < b[1]), tirx.all(a_nan, b_nan, a[1] > b[1]))
+            a_wins = tirx.any(tirx.all(a_nan, tirx.Not(b_nan)), a[0] > b[0], ties)
         else:
             a_wins = tirx.any(a[0] > b[0], tirx.all(a[0] == b[0], a[1] < b[1]))
         return tirx.Select(a_wins, a[0], b[0]), tirx.Select(a_wins, a[1], b[1])
@@ -117,7 +124,7 @@ def argmax_reducer(dtype: str, index_dtype: str):
     def identity(t_value, t_index):
         return max_identity(t_value), tirx.const(_SENTINEL_INDEX, t_index)
 
-    return te.comm_reducer(combine, identity, name="argmax_first")
+    return te.comm_reducer(combine, identity, name="argmax_first" if nan_index == "first" else "argmax_nan_last")
 
 
 def all_of(conds):

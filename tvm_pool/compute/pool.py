@@ -19,7 +19,7 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
-from .common import NO_INDEX, _SENTINEL_INDEX, accumulate_dtype, argmax_reducer, block_attrs, max_identity
+from .common import NO_INDEX, _SENTINEL_INDEX, accumulate_dtype, argmax_reducer, block_attrs, is_float, max_identity
 from .forms import FLAT_LANES, MAX_PASS_TAPS, doubling, flat_plane
 from .window_reduce import window_max, window_sum
 from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access, window_count, windows_for
@@ -45,18 +45,20 @@ def max_pool(
     storage_order: int = 0,
     index_scope: str = "tensor",
     index_dtype: str = "int64",
+    nan_index: str = "first",
 ):
     """Max pooling; with ``return_indices`` also the position of each maximum.
 
     Indices: ``index_scope="tensor"`` flattens over the whole tensor (ONNX MaxPool: N*C*spatial),
     ``"plane"`` over the spatial dims of each (n, c) plane (PyTorch, OpenVINO). ``storage_order``
     1 numbers each plane column-major. Ties go to the first element in scan order; NaN wins over
-    numbers; a window that sees no data gives -inf (the smallest integer) and index -1.
+    numbers, and among NaNs the first (``nan_index="first"``, ONNX) or the last (``"last"``,
+    PyTorch) wins; a window that sees no data gives -inf (the smallest integer) and index -1.
     """
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     return max_pool_windows(
         data, windows, return_indices=return_indices, storage_order=storage_order,
-        index_scope=index_scope, index_dtype=index_dtype,
+        index_scope=index_scope, index_dtype=index_dtype, nan_index=nan_index,
     )
 
 
@@ -68,6 +70,7 @@ def max_pool_windows(
     storage_order: int = 0,
     index_scope: str = "tensor",
     index_dtype: str = "int64",
+    nan_index: str = "first",
 ):
     """:func:`max_pool` over already resolved windows."""
     if return_indices and str(data.dtype) == "bfloat16":
@@ -77,17 +80,17 @@ def max_pool_windows(
                           attrs=block_attrs("widen", len(windows)))
         values, indices = max_pool_windows(
             wide, windows, return_indices=True, storage_order=storage_order,
-            index_scope=index_scope, index_dtype=index_dtype,
+            index_scope=index_scope, index_dtype=index_dtype, nan_index=nan_index,
         )
         narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="max_pool_value",
                             attrs=block_attrs("max_index_finalize", len(windows)))
         return narrow, indices
     if not return_indices:
         return window_max(data, windows)
-    return _argmax(data, windows, storage_order, index_scope, index_dtype)
+    return _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index)
 
 
-def _argmax(data, windows, storage_order, index_scope, index_dtype):
+def _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="first"):
     """The (value, index) reduction of :func:`max_pool_windows`, and the stage that turns the
     reduced row-major position into the requested numbering (when it is not that already)."""
     rank = len(windows)
@@ -99,7 +102,7 @@ def _argmax(data, windows, storage_order, index_scope, index_dtype):
     # Reduce in int64 whatever the requested index type: the "no candidate" sentinel needs
     # the range; a narrower index type is a cast in the finalize stage.
     requested_index_dtype, index_dtype = index_dtype, "int64"
-    reducer = argmax_reducer(dtype, index_dtype)
+    reducer = argmax_reducer(dtype, index_dtype, nan_index)
     # With row-major numbering the reduced index can be the final one (the plane offset is a
     # constant per window); column-major needs a conversion stage afterwards.
     fold_plane_offset = index_scope == "tensor" and storage_order == 0
@@ -121,7 +124,11 @@ def _argmax(data, windows, storage_order, index_scope, index_dtype):
     values, raw_index = te.compute(
         shape, value_and_index, name="max_pool", attrs=block_attrs("max_index", rank)
     )
-    if fold_plane_offset and not may_see_no_data(windows) and requested_index_dtype == "int64":
+    # Row-major numbering of the whole tensor (offset folded in) or of each plane is what the
+    # reduction produced: no stage after it unless a window may see nothing (index -1) or the
+    # index type is narrower.
+    final_already = fold_plane_offset or (index_scope == "plane" and storage_order == 0)
+    if final_already and not may_see_no_data(windows) and requested_index_dtype == "int64":
         return values, raw_index
 
     plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
@@ -174,6 +181,7 @@ def avg_pool(
     ceil_mode: bool = False,
     *,
     count_include_pad: bool = False,
+    divisor_override: int | None = None,
     by_axis: bool = True,
 ):
     """Average pooling (``by_axis``: see :func:`window_sum`).
@@ -181,17 +189,39 @@ def avg_pool(
     The divisor counts the taps that land in the data, plus (with ``count_include_pad``) those
     in the explicit or SAME padding, never those in the ceil-mode overhang past the padding.
     float16/bfloat16 accumulate in float32. A window that sees no data and counts no padding
-    divides 0 by 0 (NaN), which is what the specification's formula gives.
+    divides 0 by 0 (NaN), which is what the specification's formula gives. ``divisor_override``
+    (PyTorch's avg_pool2d/3d): every window divides by that constant instead. Integer inputs
+    divide truncating toward zero, as C++ (and so PyTorch's integer kernels) does.
     """
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    return _windowed_sum_then(data, windows, "avg", average(windows), count_include_pad, by_axis=by_axis)
+    finish = average(windows)
+    if divisor_override is not None:
+        if int(divisor_override) == 0:
+            raise ValueError("divisor_override must not be zero")
+        finish = _divide_by(int(divisor_override))
+    return _windowed_sum_then(data, windows, "avg", finish, count_include_pad, by_axis=by_axis)
+
+
+def _divide_by(divisor: int):
+    def divide(total, count):  # count: only its type (the accumulation type) is used
+        return _div(total, tirx.const(divisor, str(count.ty)))
+
+    return divide
+
+
+def _div(total, count):
+    """total / count (both in the accumulation type); integers truncate toward zero (C++, so
+    PyTorch's integer avg_pool)."""
+    if is_float(str(count.ty)):
+        return total / count
+    return tirx.truncdiv(total, count)
 
 
 def average(windows):
     """sum / count; where a window can see nothing, 0/0 must give NaN at run time, and TVM's
     simplifier refuses a division by a constant 0, so the empty case is selected explicitly."""
     if not may_see_no_data(windows):
-        return lambda total, count: total / count
+        return _div
 
     def divide(total, count):
         nan = tirx.const(float("nan"), str(count.ty))  # count is already in the accumulation type

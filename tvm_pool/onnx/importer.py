@@ -13,17 +13,22 @@ import warnings
 
 import onnx
 import tvm
+from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
-from ..errors import InvalidModelError, OpContext, UnsupportedError
+from ..errors import InvalidModelError, OpContext, TvmPoolError, UnsupportedError
 # Importing the converter modules registers them (ONNX domain, then the custom domain tvm_pool).
 from . import average_pool, custom_ops, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401
 from .base import CUSTOM_DOMAIN, converter_for
+from .fold import fold_constant_shapes
 
 # Custom-domain nodes are renamed "<domain>::<op_type>" for the duration of the import, because
 # the base importer passes only the op_type (not the domain) to ``_convert_operator``.
 _DOMAIN_SEP = "::"
 _ONNX_DOMAINS = ("", "ai.onnx")
+# What TVM's converters raise on a graph they cannot take: tvm-ffi's error classes derive from
+# RuntimeError (InternalError, TVMError) or the matching builtins; the converters also assert.
+_TVM_CONVERTER_ERRORS = (RuntimeError, ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError)
 
 
 class PoolingGraphImporter(tvm_onnx.ONNXGraphImporter):
@@ -56,7 +61,19 @@ class PoolingGraphImporter(tvm_onnx.ONNXGraphImporter):
     def _convert_operator(self, op_name, inputs, attrs, opset):
         converter, domain, op_type = self._lookup(op_name)
         if converter is None:
-            return super()._convert_operator(op_name, inputs, attrs, opset)
+            try:
+                return super()._convert_operator(op_name, inputs, attrs, opset)
+            except TvmPoolError:
+                raise
+            except _TVM_CONVERTER_ERRORS as err:  # TVM's converter failed: say where, in one line
+                node = attrs.get("tvm_custom", {}).get("name", "")
+                hint = ""
+                if any(_unknown_shape(inp) for inp in inputs):
+                    hint = (" (an input's shape is only known at run time: it comes from a computation"
+                            " tvm_pool could not fold)")
+                raise UnsupportedError(
+                    OpContext(op_type, node), f"TVM's ONNX converter cannot convert it{hint}: {_one_line(err)}"
+                ) from None
         if domain:
             opset = self._domain_opsets.get(domain)
             if opset is None:
@@ -69,6 +86,19 @@ class PoolingGraphImporter(tvm_onnx.ONNXGraphImporter):
         if isinstance(sym, tvm.relax.Expr):
             sym = self.bb.normalize(sym)
         return sym
+
+
+def _unknown_shape(expr) -> bool:
+    """Whether ``expr`` is a tensor whose shape (not only its rank) is unknown at compile time."""
+    ty = getattr(expr, "ty", None) if isinstance(expr, relax.Expr) else None
+    return isinstance(ty, relax.TensorType) and ty.shape is None
+
+
+def _one_line(err: Exception) -> str:
+    """``err`` as one line: its type and the first line of its message (at most 300 characters)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @contextlib.contextmanager
@@ -127,7 +157,9 @@ def from_onnx(
     """Convert an ONNX model to a Relax IRModule, exactly as
     ``tvm.relax.frontend.onnx.from_onnx`` does (same arguments, same result type), except that
     pooling operators (MaxPool, AveragePool, LpPool, the global pools, MaxUnpool, and the custom
-    domain ``tvm_pool``) go through tvm_pool's converters for the model's opset."""
+    domain ``tvm_pool``) go through tvm_pool's converters for the model's opset, and shape
+    computations whose values the model's static shapes fix are folded to constants first
+    (:mod:`tvm_pool.onnx.fold`; ``model`` itself is not changed)."""
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"from_onnx expects an onnx.ModelProto, got {type(model).__name__}")
     if model.ir_version < 3:
@@ -147,6 +179,9 @@ def from_onnx(
         opset = model_opset
     elif opset < model_opset:
         warnings.warn(f"You are overwriting the model's opset {model_opset} by a lower one ({opset}).")
+    # Shape computations that the model's static shapes fix become constants (fold.py): TVM
+    # cannot build a tensor whose shape it only learns at run time from such a computation.
+    model = fold_constant_shapes(model, shape_dict)
 
     importer = PoolingGraphImporter(
         shape_dict,
