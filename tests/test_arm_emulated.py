@@ -317,6 +317,7 @@ def _run_remote(remote, so, x):
     return vm["main"](tvm.runtime.tensor(x, dev)).numpy()
 
 
+@pytest.mark.slow  # ~100 s on 2 cores; test_rpc_server_under_qemu keeps the RPC path in the default suite
 def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, capsys):
     """Issue 13's flow for a new device: TVM's RPC tracker on the host, the emulated board's RPC
     server registered with it, `tvm-pool tune --target arm --rpc-tracker ... --rpc-key ...`

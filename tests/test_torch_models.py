@@ -63,7 +63,7 @@ TORCHSCRIPT_OPSET = 17
 # (export + compile + run): SqueezeNet 9 s / 6 s / 7 s (TorchScript / dynamo / torch.export),
 # ShuffleNet v2 10 s / 15 s / 26 s, MobileNet v3 23 s / 28 s / 53 s; the others 5 s (AlexNet
 # through torch.export) to 165 s (DenseNet-121 through torch.export) each, 25 min in all.
-DEFAULT_ONNX = (("squeezenet1_0", "torchscript"), ("squeezenet1_0", "dynamo"), ("shufflenet_v2_x0_5", "torchscript"))
+DEFAULT_ONNX = (("squeezenet1_0", "dynamo"), ("shufflenet_v2_x0_5", "torchscript"))
 SLOW_ONNX = [(name, exporter) for name in MODELS for exporter in EXPORTERS if (name, exporter) not in DEFAULT_ONNX]
 DEFAULT_EXPORT = ("squeezenet1_0",)
 SLOW_EXPORT = [name for name in MODELS if name not in DEFAULT_EXPORT]

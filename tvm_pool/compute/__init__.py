@@ -7,6 +7,7 @@ __all__ = ["avg_pool", "global_pool", "lp_pool", "max_pool", "max_pool_windows",
 
 # Adaptive pooling (OpenVINO AdaptiveMaxPool-8 / AdaptiveAvgPool-8) and TensorRT IPoolingLayer.
 from .adaptive import adaptive_avg_pool, adaptive_max_pool  # noqa: E402
+from .fractional import fractional_max_pool  # noqa: E402
 from .tensorrt import tensorrt_pool  # noqa: E402
 
-__all__ += ["adaptive_avg_pool", "adaptive_max_pool", "tensorrt_pool"]
+__all__ += ["adaptive_avg_pool", "adaptive_max_pool", "fractional_max_pool", "tensorrt_pool"]

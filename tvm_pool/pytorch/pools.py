@@ -164,5 +164,31 @@ def adaptive_max_pool(importer, node):
     return result if with_indices else (result, None)
 
 
+@converter("fractional_max_pool2d.default", "fractional_max_pool3d.default")
+def fractional_max_pool(importer, node):
+    """The random samples are an input of the op (``_random_samples``, or ``torch.rand`` in the
+    graph when the caller gave none), so the windows are computed in the module."""
+    args = NodeArguments(node, importer.env)
+    rank = spatial_rank(node)
+    data = _input(args, rank)
+    kernel = args.ints("kernel_size", rank, minimum=1)
+    size = args.ints("output_size", rank, minimum=1)
+    samples = args.tensor("random_samples", (3,))
+    if str(data.ty.dtype) == "bfloat16":
+        raise args.unsupported("bfloat16 fractional_max_pool is not supported (TVM 0.27 cannot lower its window arithmetic in bfloat16); float16, float32 and float64 are")
+    if str(samples.ty.dtype) != str(data.ty.dtype):
+        raise args.error("random_samples", f"has type {samples.ty.dtype}; it must have the type of self, {data.ty.dtype}")
+    for axis, n in enumerate(_spatial(data, rank)):
+        if n is not None and spec.is_static(n) and size[axis] + kernel[axis] - 1 > int(n):
+            raise args.error(
+                "output_size",
+                f"output_size {size[axis]} + kernel_size {kernel[axis]} - 1 exceeds the input size {int(n)} "
+                f"on spatial axis {axis}",
+            )
+    return importer.block_builder.emit_te(
+        compute.fractional_max_pool, data, samples, kernel, size, primfunc_name_hint="tvm_pool_fractional_max_pool"
+    )
+
+
 CONVERTERS["max_unpool2d.default"] = max_unpool
 CONVERTERS["max_unpool3d.default"] = max_unpool
