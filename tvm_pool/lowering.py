@@ -16,11 +16,10 @@ from tvm import relax
 from tvm.ir import Op
 
 from . import adaptive_legalize, compute
+from .legalize_layouts import emit_in_layout, pool_layouts
 from .targets import resolve_target
 
 logger = logging.getLogger(__name__)
-
-_CHANNEL_FIRST = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
 def _tvm_legalize(call):
@@ -28,12 +27,13 @@ def _tvm_legalize(call):
 
 
 def _pool_legalizer(kind: str, rank: int):
-    """Legalize relax.nn.{max,avg}_pool{rank}d with tvm_pool's compute (channel-first only)."""
+    """Legalize relax.nn.{max,avg}_pool{rank}d with tvm_pool's compute (channel-first or
+    channel-last; another out_layout is a transpose after it)."""
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         attrs = call.attrs
-        if attrs.layout != _CHANNEL_FIRST[rank] or attrs.out_layout != attrs.layout:
-            # Channel-last layouts keep TVM's own legalization.
+        layouts = pool_layouts(call, rank)
+        if layouts is None:
             return _tvm_legalize(call)(bb, call)
         args = dict(
             kernel_shape=[int(k) for k in attrs.pool_size],
@@ -46,7 +46,9 @@ def _pool_legalizer(kind: str, rank: int):
             fn, extra = compute.max_pool, {}
         else:
             fn, extra = compute.avg_pool, {"count_include_pad": bool(attrs.count_include_pad)}
-        return bb.call_te(fn, call.args[0], **args, **extra, primfunc_name_hint=f"tvm_pool_{kind}_pool{rank}d")
+        pooled = bb.call_te(fn, call.args[0], **args, **extra, layout=layouts[0],
+                            primfunc_name_hint=f"tvm_pool_{kind}_pool{rank}d")
+        return emit_in_layout(bb, pooled, *layouts)
 
     return legalize
 

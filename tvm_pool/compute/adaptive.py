@@ -26,7 +26,10 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
-from .common import accumulate_dtype, all_of, argmax_reducer, block_attrs, is_float, max_identity, nan_max_reducer
+from . import layout
+from .common import (
+    accumulate_dtype, all_of, argmax_reducer, block_attrs, int_round_div, is_float, max_identity, nan_max_reducer,
+)
 from .windows import row_major
 
 
@@ -77,6 +80,7 @@ def _bin_access(data, axes, out_idx):
     return rvars, idx + spatial, spatial, all_of(inside)
 
 
+@layout.with_layout
 def adaptive_max_pool(
     data: te.Tensor,
     output_size: Sequence,
@@ -108,15 +112,15 @@ def adaptive_max_pool(
                 x = tirx.if_then_else(inside, x, max_identity(dtype))
             return reducer(x, axis=rvars)
 
-        return te.compute(out_shape, value, name="adaptive_max_pool", attrs=block_attrs("adaptive_max", rank))
+        return layout.compute(data, out_shape, value, name="adaptive_max_pool", attrs=block_attrs("adaptive_max", rank))
 
     if dtype == "bfloat16":
         # As max_pool: TVM 0.27's bfloat16 legalization breaks on the (value, index) reducer;
         # reduce in float32 (exact both ways) and narrow the values back.
-        wide = te.compute(data.shape, lambda *i: data[i].astype("float32"), name="widen",
+        wide = layout.compute(data, data.shape, lambda *i: data[i].astype("float32"), name="widen",
                           attrs=block_attrs("widen", rank))
         values, index = adaptive_max_pool(wide, output_size, index_dtype=index_dtype, nan_index=nan_index)
-        narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="adaptive_max_pool_value",
+        narrow = layout.compute(values, values.shape, lambda *i: values[i].astype("bfloat16"), name="adaptive_max_pool_value",
                             attrs=block_attrs("adaptive_max_index_finalize", rank))
         return narrow, index
     reducer = argmax_reducer(dtype, "int64", nan_index)
@@ -133,12 +137,12 @@ def adaptive_max_pool(
             flat = tirx.if_then_else(inside, flat, tirx.const(2**62, "int64"))
         return reducer((x, flat), axis=rvars)
 
-    values, index = te.compute(
+    values, index = layout.compute(data, 
         out_shape, value_and_index, name="adaptive_max_pool", attrs=block_attrs("adaptive_max_index", rank)
     )
     if index_dtype == "int64":
         return values, index
-    index32 = te.compute(
+    index32 = layout.compute(data, 
         out_shape,
         lambda *i: index[i].astype("int32"),
         name="adaptive_max_pool_index",
@@ -147,6 +151,7 @@ def adaptive_max_pool(
     return values, index32
 
 
+@layout.with_layout
 def adaptive_avg_pool(data: te.Tensor, output_size: Sequence):
     """Adaptive average pooling over the last ``len(output_size)`` axes (float16 sums in float32)."""
     axes = _axes(data, output_size)
@@ -162,7 +167,7 @@ def adaptive_avg_pool(data: te.Tensor, output_size: Sequence):
             x = tirx.if_then_else(inside, x, tirx.const(0, acc))
         return te.sum(x, axis=rvars)
 
-    total = te.compute(out_shape, bin_sum, name="adaptive_avg_pool_sum", attrs=block_attrs("adaptive_avg_sum", rank))
+    total = layout.compute(data, out_shape, bin_sum, name="adaptive_avg_pool_sum", attrs=block_attrs("adaptive_avg_sum", rank))
 
     def finalize(*out_idx):
         count = None
@@ -179,11 +184,5 @@ def adaptive_avg_pool(data: te.Tensor, output_size: Sequence):
             return int_round_div(total[out_idx], count, acc).astype(data.dtype)
         return (total[out_idx] / count).astype(data.dtype)
 
-    return te.compute(out_shape, finalize, name="adaptive_avg_pool", attrs=block_attrs("adaptive_avg_finalize", rank))
+    return layout.compute(data, out_shape, finalize, name="adaptive_avg_pool", attrs=block_attrs("adaptive_avg_finalize", rank))
 
-
-def int_round_div(total, count, acc: str):
-    """total / count rounded half away from zero, for integer ``total`` and ``count > 0``."""
-    zero = tirx.const(0, acc)
-    mag = tirx.floordiv(tirx.abs(total) * 2 + count, count * 2)
-    return tirx.Select(total < zero, -mag, mag)

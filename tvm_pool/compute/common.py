@@ -13,6 +13,9 @@ SPATIAL_RANK_ATTR = "tvm_pool.spatial_rank"
 #  - "tvm_pool.pass_axis": on the passes of a separable window reduction, the spatial axis
 #    the pass reduces (see compute.forms and compute.window_reduce)
 PASS_AXIS_ATTR = "tvm_pool.pass_axis"
+#  - "tvm_pool.layout": "channel_last" on the stages of a channel-last pool (absent: channel-first;
+#    see compute.layout)
+LAYOUT_ATTR = "tvm_pool.layout"
 
 # Index value of a window that saw no data (a window entirely inside padding).
 NO_INDEX = -1
@@ -125,6 +128,14 @@ def argmax_reducer(dtype: str, index_dtype: str, nan_index: str = "first"):
         return max_identity(t_value), tirx.const(_SENTINEL_INDEX, t_index)
 
     return te.comm_reducer(combine, identity, name="argmax_first" if nan_index == "first" else "argmax_nan_last")
+
+
+def int_round_div(total, count, acc: str):
+    """total / count rounded half away from zero, for integer ``total`` and ``count > 0`` in
+    ``acc`` (TFLite's and TensorRT's integer averages, OpenVINO's adaptive one)."""
+    zero = tirx.const(0, acc)
+    mag = tirx.floordiv(tirx.abs(total) * 2 + count, count * 2)
+    return tirx.Select(total < zero, -mag, mag)
 
 
 def all_of(conds):

@@ -169,11 +169,21 @@ FORMS = (
 )
 
 
-def choose_form(windows, reduction: str, by_axis: bool = True) -> str:
+# Forms that need channel-first memory: a flat plane reads each (n, c) plane as one contiguous
+# row. Channel-last planes are strided by C; their global windows take the other forms, whose
+# every tap is a contiguous run of channels.
+CHANNEL_FIRST_FORMS = (FLAT_PLANE,)
+
+
+def choose_form(windows, reduction: str, by_axis: bool = True, channel_last: bool = False) -> str:
     """The form (a name from :data:`FORMS`) of a windowed ``reduction`` ("max" or "sum").
     ``by_axis=False`` keeps the direct reduction whatever the windows (see
-    :func:`tvm_pool.compute.window_reduce.window_sum`)."""
+    :func:`tvm_pool.compute.window_reduce.window_sum`); ``channel_last`` skips the
+    :data:`CHANNEL_FIRST_FORMS`."""
     if not by_axis:
         return DIRECT
     column = {"max": 1, "sum": 2}[reduction]
-    return next(row[0] for row in FORMS if row[column] is not None and row[column](windows))
+    return next(
+        row[0] for row in FORMS
+        if row[column] is not None and row[column](windows) and not (channel_last and row[0] in CHANNEL_FIRST_FORMS)
+    )

@@ -19,7 +19,10 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
-from .common import NO_INDEX, _SENTINEL_INDEX, accumulate_dtype, argmax_reducer, block_attrs, is_float, max_identity
+from . import layout
+from .common import (
+    NO_INDEX, _SENTINEL_INDEX, accumulate_dtype, argmax_reducer, block_attrs, int_round_div, is_float, max_identity,
+)
 from .forms import FLAT_LANES, MAX_PASS_TAPS, doubling, flat_plane
 from .window_reduce import window_max, window_sum
 from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access, window_count, windows_for
@@ -32,6 +35,7 @@ __all__ = [
 _may_see_no_data = may_see_no_data  # the name tests/test_robustness.py imports
 
 
+@layout.with_layout
 def max_pool(
     data: te.Tensor,
     kernel_shape: Sequence[int],
@@ -62,6 +66,7 @@ def max_pool(
     )
 
 
+@layout.with_layout
 def max_pool_windows(
     data: te.Tensor,
     windows: Sequence[spec.AxisWindow],
@@ -76,13 +81,13 @@ def max_pool_windows(
     if return_indices and str(data.dtype) == "bfloat16":
         # TVM 0.27's bfloat16 legalization breaks on the let-bound (value, index) reducer:
         # widen to float32 first (exact), reduce there, narrow the values back (exact too).
-        wide = te.compute(data.shape, lambda *i: data[i].astype("float32"), name="widen",
+        wide = layout.compute(data, data.shape, lambda *i: data[i].astype("float32"), name="widen",
                           attrs=block_attrs("widen", len(windows)))
         values, indices = max_pool_windows(
             wide, windows, return_indices=True, storage_order=storage_order,
             index_scope=index_scope, index_dtype=index_dtype, nan_index=nan_index,
         )
-        narrow = te.compute(values.shape, lambda *i: values[i].astype("bfloat16"), name="max_pool_value",
+        narrow = layout.compute(values, values.shape, lambda *i: values[i].astype("bfloat16"), name="max_pool_value",
                             attrs=block_attrs("max_index_finalize", len(windows)))
         return narrow, indices
     if not return_indices:
@@ -121,7 +126,7 @@ def _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="f
             flat = tirx.if_then_else(inside, flat, tirx.const(_SENTINEL_INDEX, index_dtype))
         return reducer((x, flat), axis=rvars)
 
-    values, raw_index = te.compute(
+    values, raw_index = layout.compute(data, 
         shape, value_and_index, name="max_pool", attrs=block_attrs("max_index", rank)
     )
     # Row-major numbering of the whole tensor (offset folded in) or of each plane is what the
@@ -150,7 +155,7 @@ def _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="f
         )
         return index.astype(requested_index_dtype)
 
-    indices = te.compute(
+    indices = layout.compute(data, 
         shape, final_index, name="max_pool_index", attrs=block_attrs("max_index_finalize", rank)
     )
     return values, indices
@@ -171,6 +176,7 @@ def _row_to_column_major(raw, sizes, index_dtype):
     return flat
 
 
+@layout.with_layout
 def avg_pool(
     data: te.Tensor,
     kernel_shape: Sequence[int],
@@ -182,6 +188,7 @@ def avg_pool(
     *,
     count_include_pad: bool = False,
     divisor_override: int | None = None,
+    int_rounding: str = "toward_zero",
     by_axis: bool = True,
 ):
     """Average pooling (``by_axis``: see :func:`window_sum`).
@@ -191,15 +198,29 @@ def avg_pool(
     float16/bfloat16 accumulate in float32. A window that sees no data and counts no padding
     divides 0 by 0 (NaN), which is what the specification's formula gives. ``divisor_override``
     (PyTorch's avg_pool2d/3d): every window divides by that constant instead. Integer inputs
-    divide truncating toward zero, as C++ (and so PyTorch's integer kernels) does.
+    divide truncating toward zero, as C++ (and so PyTorch's integer kernels) does, or with
+    ``int_rounding="half_away_from_zero"`` round half away from zero (TFLite's quantized
+    AVERAGE_POOL_2D; a window that sees no data then averages to 0).
     """
+    if int_rounding not in INT_ROUNDINGS:
+        raise ValueError(f"int_rounding must be one of {', '.join(INT_ROUNDINGS)}; got {int_rounding!r}")
     windows = windows_for(data, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     finish = average(windows)
+    if int_rounding == "half_away_from_zero" and not is_float(data.dtype):
+        finish = _round_half_away
     if divisor_override is not None:
         if int(divisor_override) == 0:
             raise ValueError("divisor_override must not be zero")
         finish = _divide_by(int(divisor_override))
     return _windowed_sum_then(data, windows, "avg", finish, count_include_pad, by_axis=by_axis)
+
+
+INT_ROUNDINGS = ("toward_zero", "half_away_from_zero")
+
+
+def _round_half_away(total, count):
+    acc = str(count.ty)
+    return int_round_div(total, tirx.max(count, tirx.const(1, acc)), acc)
 
 
 def _divide_by(divisor: int):
@@ -231,6 +252,7 @@ def average(windows):
     return divide
 
 
+@layout.with_layout
 def lp_pool(
     data: te.Tensor,
     kernel_shape: Sequence[int],
@@ -283,9 +305,10 @@ def _windowed_sum_then(data, windows, kind, finish, count_include_pad, map_input
         count = window_count(windows, out_idx[lead:], count_include_pad).astype(acc)
         return finish(total[out_idx], count).astype(data.dtype)
 
-    return te.compute(shape, finalize, name=f"{kind}_pool", attrs=block_attrs(f"{kind}_finalize", rank))
+    return layout.compute(data, shape, finalize, name=f"{kind}_pool", attrs=block_attrs(f"{kind}_finalize", rank))
 
 
+@layout.with_layout
 def global_pool(data: te.Tensor, kind: str, spatial_rank: int | None = None, p: float = 2.0, by_axis: bool = True):
     """GlobalMaxPool / GlobalAveragePool / GlobalLpPool: one window over all spatial axes
     (``by_axis``: see :func:`window_sum`)."""

@@ -30,7 +30,8 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
-from .common import accumulate_dtype, block_attrs, is_float
+from . import layout
+from .common import accumulate_dtype, block_attrs, int_round_div, is_float
 from .pool import average
 from .window_reduce import window_max, window_sum
 from .windows import out_shape, window_count
@@ -74,6 +75,7 @@ def check_arguments(
         raise ValueError(f"input type {dtype} is not supported; TensorRT pooling allows {', '.join(DTYPES)}")
 
 
+@layout.with_layout
 def tensorrt_pool(
     data: te.Tensor,
     pooling_type: str,
@@ -116,7 +118,7 @@ def tensorrt_pool(
         count = window_count(windows, out_idx[lead:], not average_count_excludes_padding).astype(acc)
         if pooling_type == "AVERAGE" and integer:
             count = tirx.max(count, tirx.const(1, acc))  # an empty window averages to 0
-            return _saturate(_round_div(total[out_idx], count, acc), dtype)
+            return _saturate(int_round_div(total[out_idx], count.astype(acc), acc), dtype)
         if integer:  # MAX_AVERAGE_BLEND on int8
             count = tirx.max(count, tirx.const(1, acc)).astype("float32")  # empty: avg part 0
             # v = num / count with num = (1 - b) * max * count + b * sum: exact in float32 for
@@ -133,14 +135,7 @@ def tensorrt_pool(
             avg = tirx.const(1.0 - blend, acc) * maxed[out_idx].astype(acc) + tirx.const(blend, acc) * avg
         return avg.astype(dtype)
 
-    return te.compute(shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
-
-
-def _round_div(total, count, acc):
-    """total / count rounded half away from zero (integers, count > 0)."""
-    count = count.astype(acc)
-    mag = tirx.floordiv(tirx.abs(total) * 2 + count, count * 2)
-    return tirx.Select(total < tirx.const(0, acc), -mag, mag)
+    return layout.compute(data, shape, finalize, name="trt_pool", attrs=block_attrs("trt_finalize", rank))
 
 
 def _saturate(x, dtype):

@@ -16,7 +16,7 @@ from functools import reduce
 from tvm import te, tirx
 
 from .. import spec
-from . import forms
+from . import forms, layout
 from .common import PASS_AXIS_ATTR, accumulate_dtype, block_attrs, is_float, max_identity, max_of_all, nan_max_reducer
 from .forms import FLAT_LANES
 from .windows import out_shape, padded, padded_access, reduce_axes
@@ -25,7 +25,7 @@ from .windows import out_shape, padded, padded_access, reduce_axes
 def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool") -> te.Tensor:
     """The max over each window's data taps (NaN propagates; no data gives the max identity)."""
     dtype = data.dtype
-    form = forms.choose_form(windows, "max")
+    form = forms.choose_form(windows, "max", channel_last=layout.is_channel_last(data))
     if form == forms.DIRECT:
         source, offsets = padded(data, windows, max_identity(dtype))
         return _window_maxima(source, offsets, windows, kind, name)
@@ -50,7 +50,7 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, b
     keeps one reduction over all taps even where the windows are separable: the same sum,
     which a schedule may reassociate as a whole (vector partial sums, schedules/arm.py)."""
     acc = accumulate_dtype(data.dtype)
-    form = forms.choose_form(windows, "sum", by_axis)
+    form = forms.choose_form(windows, "sum", by_axis, channel_last=layout.is_channel_last(data))
     if form == forms.FLAT_PLANE:
         def tap_value(x):
             x = x.astype(acc)
@@ -78,7 +78,7 @@ def _window_maxima(source, offsets, windows, kind, name):
         rvars = reduce_axes(windows)
         return reducer(padded_access(source, windows, offsets, out_idx, rvars), axis=rvars)
 
-    return te.compute(out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+    return layout.compute(source, out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
 
 
 def _window_sums(source, offsets, windows, acc, map_input, kind, name):
@@ -89,7 +89,7 @@ def _window_sums(source, offsets, windows, acc, map_input, kind, name):
         x = padded_access(source, windows, offsets, out_idx, rvars).astype(acc)
         return te.sum(map_input(x) if map_input is not None else x, axis=rvars)
 
-    return te.compute(out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+    return layout.compute(source, out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
 
 
 def _block_sums(source, offsets, windows, acc, map_input, kind, name):
@@ -105,7 +105,7 @@ def _block_sums(source, offsets, windows, acc, map_input, kind, name):
         head = list(idx[:-1])
         return _add_all([blocks[tuple(head + [idx[-1] + i])] for i in range(m)])
 
-    return te.compute(out_shape(source, windows), window_sum_of_blocks, name=name)
+    return layout.compute(source, out_shape(source, windows), window_sum_of_blocks, name=name)
 
 
 def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=None):
@@ -136,7 +136,7 @@ def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=
         return block_attrs(kind if last else f"{kind}_pass", rank, **{PASS_AXIS_ATTR: rank - 1})
 
     unit = [1] * (rank - 1)
-    current = te.compute(
+    current = layout.compute(data, 
         lead_shape + unit + [FLAT_LANES],
         lambda *i: combine([element(i[:lead], j * FLAT_LANES + i[-1]) for j in range(rows)]),
         name=f"{name}_lanes", attrs=pass_attrs(False),
@@ -148,7 +148,7 @@ def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=
     width = FLAT_LANES
     while width > 2:
         width //= 2
-        current = te.compute(lead_shape + unit + [width], halve(current, width), name=f"{name}_half{width}",
+        current = layout.compute(data, lead_shape + unit + [width], halve(current, width), name=f"{name}_half{width}",
                              attrs=pass_attrs(False))
     pair = current
 
@@ -158,7 +158,7 @@ def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=
         value = combine(taps)
         return value.astype(out_dtype) if out_dtype is not None else value
 
-    return te.compute(out_shape(data, windows), result, name=name, attrs=pass_attrs(True))
+    return layout.compute(data, out_shape(data, windows), result, name=name, attrs=pass_attrs(True))
 
 
 def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, tap_value=None):
@@ -196,7 +196,7 @@ def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, 
         for i, w in enumerate(windows):
             shape.append(spec.as_dim(w.out_size) if done[i] or i == axis else source.shape[lead + i])
         attrs = block_attrs(kind if last else f"{kind}_pass", rank, **{PASS_AXIS_ATTR: axis})
-        current = te.compute(
+        current = layout.compute(source, 
             shape, pass_value(current, axis, j == 0, last), name=name if last else f"{name}_pass{j}", attrs=attrs
         )
         done[axis] = True
@@ -239,14 +239,14 @@ def _doubling_passes(source, offsets, windows, combine, kind, name, out_dtype):
         value = first_level if k == 1 else next_level(current, (1 << (k - 1)) * dilation)
         attrs = block_attrs(f"{kind}_pass", rank, **{PASS_AXIS_ATTR: rank - 1})
         shape = list(source.shape[:lead]) + outer + [extents[k]]
-        current = te.compute(shape, value, name=f"{name}_level{k}", attrs=attrs)
+        current = layout.compute(source, shape, value, name=f"{name}_level{k}", attrs=attrs)
     last = current
 
     def result(*idx):
         return combine([last(*idx), last(*idx[:-1], idx[-1] + (kernel - q) * dilation)]).astype(out_dtype)
 
     attrs = block_attrs(kind, rank, **{PASS_AXIS_ATTR: rank - 1})
-    return te.compute(out_shape(source, windows), result, name=name, attrs=attrs)
+    return layout.compute(source, out_shape(source, windows), result, name=name, attrs=attrs)
 
 
 def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype):
@@ -261,4 +261,4 @@ def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype):
 
     axis = max([i for i, w in enumerate(windows) if w.kernel > 1] or [rank - 1])
     attrs = block_attrs(kind, rank, **{PASS_AXIS_ATTR: axis})
-    return te.compute(out_shape(source, windows), value, name=name, attrs=attrs)
+    return layout.compute(source, out_shape(source, windows), value, name=name, attrs=attrs)

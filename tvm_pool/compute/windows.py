@@ -14,6 +14,7 @@ from typing import Sequence
 from tvm import te, tirx
 
 from .. import spec
+from . import layout
 from .common import all_of, block_attrs
 
 
@@ -116,7 +117,7 @@ def padded(data: te.Tensor, windows, fill, dtype: str | None = None) -> tuple[te
 
     fill_value = fill if isinstance(fill, tirx.Expr) else tirx.const(fill, dtype or data.dtype)
 
-    out = te.compute(list(data.shape[:lead]) + extents, value, name="pad", attrs=block_attrs("pad", len(windows)))
+    out = layout.compute(data, list(data.shape[:lead]) + extents, value, name="pad", attrs=block_attrs("pad", len(windows)))
     return out, offsets
 
 
