@@ -16,6 +16,13 @@ Where PyTorch differs from ONNX, the compute takes it as a parameter; nothing el
 ``avg_pool*d``, ``pow``, ``sign``, ``abs`` and ``relu``, so torch.export already records
 PyTorch's formula (``sign(avg) * relu(|avg|) * kernel_size) ** (1/p)``).
 
+Pools that TVM's own Relax ops express exactly under tvm_pool's legalization (max_pool whose
+indices nobody reads, avg_pool without ``divisor_override``, adaptive_avg_pool; batched, and
+only where the op's inferred output shape is PyTorch's) are emitted as ``relax.op.nn`` pools,
+which ``tvm_pool.compile`` legalizes to the same computes: passes such as ``ConvertLayout``
+then move them to channel-last with their producers. The others are ``call_tir`` of the
+compute directly.
+
 Each converter takes the importer and the fx node; tuple-returning ATen ops (``*_with_indices``,
 ``adaptive_max_pool*d``) compute their indices only when some node reads them.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+import tvm
 from tvm import relax
 
 from .. import compute, spec
@@ -64,6 +72,32 @@ def _spatial(data: relax.Expr, rank: int) -> list:
     return list(data.ty.shape.values[data.ty.ndim - rank :]) if data.ty.shape is not None else [None] * rank
 
 
+def _relax_pool(importer, call: relax.Call, data: relax.Expr, rank: int, out_spatial):
+    """``call`` (a ``relax.op.nn`` pool) emitted when the input is batched and its inferred
+    spatial output is ``out_spatial``; else None (the caller emits the compute)."""
+    if data.ty.ndim != rank + 2:
+        return None
+    normalized = importer.block_builder.normalize(call)
+    shape = normalized.ty.shape
+    if shape is None:
+        return None
+    analyzer = tvm.sym.Analyzer()
+    got = list(shape.values[2:])
+    if len(got) != len(out_spatial) or not all(
+        analyzer.can_prove_equal(g, spec.as_dim(w)) for g, w in zip(got, out_spatial)
+    ):
+        return None
+    return importer.block_builder.emit(normalized)
+
+
+_LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def _out_spatial(data, rank, kernel, stride, padding, dilation, ceil_mode):
+    windows = spec.resolve_windows(_spatial(data, rank), kernel, stride, dilation, padding + padding, "NOTSET", ceil_mode)
+    return [w.out_size for w in windows]
+
+
 def _check_windows(args, data, rank, kernel, stride, padding, dilation, ceil_mode):
     """PyTorch's pool shape checks: pad at most half the (dilated) kernel, output size >= 1."""
     for axis in range(rank):
@@ -101,7 +135,12 @@ def max_pool(importer, node):
     _check_windows(args, data, rank, kernel, stride, padding, dilation, ceil_mode)
     tuple_result = "with_indices" in op_name(node)
     with_indices = tuple_result and args.result_used(1)
-    result = importer.block_builder.emit_te(
+    result = None
+    if not with_indices:
+        op = getattr(relax.op.nn, f"max_pool{rank}d")
+        call = op(data, kernel, stride, padding + padding, dilation, ceil_mode, layout=_LAYOUT[rank])
+        result = _relax_pool(importer, call, data, rank, _out_spatial(data, rank, kernel, stride, padding, dilation, ceil_mode))
+    result = result if result is not None else importer.block_builder.emit_te(
         compute.max_pool, data, kernel, stride, dilation, padding + padding, "NOTSET", ceil_mode,
         return_indices=with_indices, **_INDICES, primfunc_name_hint="tvm_pool_max_pool",
     )
@@ -130,6 +169,13 @@ def avg_pool(importer, node):
                 f"must be at most half of kernel_size on spatial axis {axis}: got pad {padding[axis]}, kernel {kernel[axis]}",
             )
     _check_windows(args, data, rank, kernel, stride, padding, [1] * rank, ceil_mode)
+    if divisor is None:
+        op = getattr(relax.op.nn, f"avg_pool{rank}d")
+        call = op(data, kernel, stride, padding + padding, [1] * rank, ceil_mode, count_include_pad, layout=_LAYOUT[rank])
+        out = _out_spatial(data, rank, kernel, stride, padding, [1] * rank, ceil_mode)
+        result = _relax_pool(importer, call, data, rank, out)
+        if result is not None:
+            return result
     return importer.block_builder.emit_te(
         compute.avg_pool, data, kernel, stride, None, padding + padding, "NOTSET", ceil_mode,
         count_include_pad=count_include_pad, divisor_override=divisor, primfunc_name_hint="tvm_pool_avg_pool",
@@ -147,6 +193,11 @@ def _adaptive_input(args, node):
 def adaptive_avg_pool(importer, node):
     args = NodeArguments(node, importer.env)
     data, size = _adaptive_input(args, node)
+    rank = len(size)
+    call = getattr(relax.op.nn, f"adaptive_avg_pool{rank}d")(data, size, layout=_LAYOUT[rank])
+    result = _relax_pool(importer, call, data, rank, size)
+    if result is not None:
+        return result
     return importer.block_builder.emit_te(
         compute.adaptive_avg_pool, data, size, primfunc_name_hint="tvm_pool_adaptive_avg_pool"
     )
