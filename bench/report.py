@@ -1,6 +1,8 @@
 """The CPU benchmark's report: ``bench.json`` (every figure, for other tools), ``bench.md`` (the
 table the README quotes) and ``bench.png`` (each peer's time over the copy limit), written
-under ``bench/results`` unless told otherwise.
+under ``bench/results`` unless told otherwise. The channel-last workloads have their own:
+``channel_last.{json,md,png}`` (every peer, tvm_pool's speedups over LiteRT and the best peer,
+and its time over its channel-first twin's, against issue 20's targets).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import sys
 
 import numpy as np
 
+from . import channel_last
 from .peers import PEERS
 from .summary import fmt
 
@@ -69,17 +72,149 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------------------------
+# channel-last workloads
+# --------------------------------------------------------------------------------------------
+
+CL_COLUMNS = ["workload", "shape", "dtype", *channel_last.PEERS, "best peer", "vs LiteRT", "vs best peer",
+              "channel-first ms", "channel-last / channel-first", "copy limit ms", "% of copy", "compile s"]
+_TARGET_TEXT = {
+    "geomean_vs_channel_first": "tvm_pool channel-last / channel-first, geometric mean",
+    "max_vs_channel_first": "tvm_pool channel-last / channel-first, worst workload",
+    "geomean_speedup_litert": "tvm_pool speedup over LiteRT (XNNPACK), geometric mean",
+    "min_speedup_litert": "tvm_pool speedup over LiteRT (XNNPACK), lowest workload",
+}
+_TARGET_SHORT = {"geomean_vs_channel_first": "CL/CF mean", "max_vs_channel_first": "CL/CF worst",
+                 "geomean_speedup_litert": "vs LiteRT mean", "min_speedup_litert": "vs LiteRT worst"}
+# The row field behind each target, and which end is the worst.
+_TARGET_ROWS = {"max_vs_channel_first": ("vs_channel_first", max), "min_speedup_litert": ("speedup_litert", min)}
+
+
+def channel_last_markdown(results: list[dict]) -> str:
+    """One table per thread count of the channel-last workloads: every peer's median ms (or
+    "n/a [k]", the reason as footnote k), the best peer, tvm_pool's speedups over LiteRT and
+    the best peer, its channel-first twin's time and the ratio, the copy limit; above it the
+    targets and whether they are met."""
+    lines = ["# tvm_pool channel-last pooling benchmark", ""]
+    for res in results:
+        cl = res.get("channel_last")
+        if not cl:
+            continue
+        t = res["threads"]
+        notes: list[str] = []
+        lines += [f"## {t} thread{'s' if t > 1 else ''}", "",
+                  f"median of {res['repeat']} runs in {res.get('rounds', 1)} rounds (peers, tvm_pool's channel-first "
+                  f"twin and the copy take turns); machine {res['machine']}", "",
+                  *_target_lines(cl), "",
+                  "| " + " | ".join(CL_COLUMNS) + " |", "|" + "---|" * len(CL_COLUMNS)]
+        lines += ["| " + " | ".join(_cl_cells(r, notes)) + " |" for r in cl["rows"]]
+        lines += [""] + [f"[{i}] {note}  " for i, note in enumerate(notes, 1)] + [""]
+    return "\n".join(lines)
+
+
+def _target_lines(cl: dict) -> list[str]:
+    lines = [f"- tvm_pool speedup over the best peer, geometric mean: **{fmt(cl['geomean_speedup'], 'x')}**"]
+    for key, (relation, bound) in channel_last.TARGETS.items():
+        met = cl["targets_met"][key]
+        verdict = "not measured" if met is None else ("met" if met else "**not met**")
+        where = ""
+        if key in _TARGET_ROWS and cl[key] is not None:
+            field, pick = _TARGET_ROWS[key]
+            worst = pick((r for r in cl["rows"] if field in r), key=lambda r, f=field: r[f])
+            where = f" ({worst['workload']})"
+        lines.append(f"- {_TARGET_TEXT[key]}: **{fmt(cl[key], 'x')}**{where}; target {relation} {bound:.2f}x: {verdict}")
+    return lines
+
+
+def _cl_cells(r: dict, notes: list[str]) -> list[str]:
+    def na(peer):
+        reason = r["na"].get(peer, "")
+        if reason not in notes:
+            notes.append(reason)
+        return f"n/a [{notes.index(reason) + 1}]"
+
+    times = [f"{r['ms'][p]:.3f}" if p in r["ms"] else na(p) for p in channel_last.PEERS]
+    cf = f"{r['channel_first_ms']:.3f}" if "channel_first_ms" in r else na(channel_last.CHANNEL_FIRST)
+    shape = "x".join(str(n) for n in r["shape"]) + f" {r['layout']}"
+    return [r["workload"], shape, r["dtype"], *times, r.get("best_peer", "-"), fmt(r.get("speedup_litert"), "x"),
+            fmt(r.get("speedup"), "x"), cf, fmt(r.get("vs_channel_first"), "x"), f"{r['copy_ms']:.3f}",
+            fmt(r.get("pct_copy"), "%", 0), fmt(r.get("compile_s"), "", 2)]
+
+
+def plot_channel_last(results: list[dict], path: str) -> None:
+    """Per thread count: every peer's and the channel-first twin's time over the copy limit
+    (log scale), and tvm_pool's ratios (speedups over LiteRT and the best peer, channel-last /
+    channel-first) with the targets as lines. Needs matplotlib (ImportError without)."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    cls = [res for res in results if res.get("channel_last")]
+    fig, axes = plt.subplots(len(cls), 2, figsize=(18, 4.5 * len(cls)), squeeze=False)
+    for (left, right), res in zip(axes, cls):
+        rows = res["channel_last"]["rows"]
+        _plot_cl_times(left, rows, res["threads"])
+        _plot_cl_ratios(right, rows, res["threads"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _bars(ax, rows, series: dict):
+    xs = np.arange(len(rows))
+    width = 0.8 / len(series)
+    for i, (label, vals) in enumerate(series.items()):
+        ax.bar(xs + i * width, vals, width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(xs + 0.4 - width / 2)
+    ax.set_xticklabels([r["workload"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def _plot_cl_times(ax, rows, threads):
+    series = {p: [r["ms"][p] / r["copy_ms"] if p in r["ms"] else np.nan for r in rows] for p in channel_last.PEERS}
+    series["tvm_pool channel-first"] = [r.get("channel_first_ms", np.nan) / r["copy_ms"] for r in rows]
+    _bars(ax, rows, series)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_ylabel("time / copy limit (log, lower is better)")
+    ax.set_title(f"channel-last, {threads} thread(s): time per peer")
+
+
+def _plot_cl_ratios(ax, rows, threads):
+    series = {"speedup over LiteRT": [r.get("speedup_litert", np.nan) for r in rows],
+              "speedup over best peer": [r.get("speedup", np.nan) for r in rows],
+              "channel-last / channel-first": [r.get("vs_channel_first", np.nan) for r in rows]}
+    for (key, (relation, bound)), style in zip(channel_last.TARGETS.items(), (":", "--", "-.", "-")):
+        ax.axhline(bound, color="gray", lw=0.8, ls=style, label=f"target: {_TARGET_SHORT[key]} {relation} {bound}")
+    _bars(ax, rows, series)
+    ax.set_ylabel("ratio (log)")
+    ax.set_title(f"channel-last, {threads} thread(s): tvm_pool's ratios")
+
+
 def write(results: list[dict], output_dir: str) -> str:
-    """Writes bench.json, bench.md and (with matplotlib) bench.png under ``output_dir``;
-    returns the markdown."""
+    """Writes bench.json, bench.md and (with matplotlib) bench.png under ``output_dir`` when
+    the run timed any of the main workloads, and channel_last.{json,md,png} when it timed any
+    channel-last one; returns the markdown."""
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "bench.json"), "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1)
-    md = to_markdown(results)
-    with open(os.path.join(output_dir, "bench.md"), "w", encoding="utf-8") as fh:
+    with_cl = any(res.get("channel_last") for res in results)
+    parts = []
+    if any(res["rows"] for res in results) or not with_cl:
+        parts.append(_write_set(output_dir, "bench", results, to_markdown(results), plot))
+    if with_cl:
+        cl_results = [{k: v for k, v in res.items() if k not in ("rows", "geomean_speedup")} for res in results]
+        parts.append(_write_set(output_dir, "channel_last", cl_results, channel_last_markdown(results),
+                                plot_channel_last))
+    return "\n".join(parts)
+
+
+def _write_set(output_dir: str, stem: str, data, md: str, chart) -> str:
+    with open(os.path.join(output_dir, f"{stem}.json"), "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+    with open(os.path.join(output_dir, f"{stem}.md"), "w", encoding="utf-8") as fh:
         fh.write(md)
     try:
-        plot(results, os.path.join(output_dir, "bench.png"))
+        chart(data, os.path.join(output_dir, f"{stem}.png"))
     except ImportError:
         print("matplotlib not installed: no chart", file=sys.stderr)
     return md

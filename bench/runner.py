@@ -3,6 +3,10 @@
 Every workload is one ONNX model (onnx.helper) that every peer runs, in one process, with the
 same thread count. Times are medians of repeated runs; each workload also gets a limit, a
 same-size memory copy (bytes read + bytes written) timed in the same run.
+
+The channel-last workloads (``--only nhwc``) are Relax pools in NHWC/NDHWC, timed for
+tvm_pool, stock TVM, LiteRT, onnxruntime and PyTorch (channels_last) with tvm_pool's
+channel-first twin alongside (bench/channel_last.py), and reported on their own.
 """
 
 from __future__ import annotations
@@ -16,18 +20,22 @@ import sys
 
 from tvm_pool.targets import host_cpu
 
-from . import peers, report, timing
+from . import channel_last, peers, report, timing
 from .peers import PEERS, NotAvailable, torch_call
 from .report import RESULTS_DIR, plot, to_markdown
 from .summary import geomean
 from .timing import ROUNDS, copy_runner
-from .workloads import Workload, build_model, fused_bias, make_input, out_bytes, torch_workloads, workloads
+from .workloads import (
+    CHANNEL_LAST_GROUPS, Workload, build_model, channel_last_workloads, fused_bias, make_input, out_bytes, reference,
+    torch_workloads, workloads,
+)
 
 # The benchmark's public names, as before the split into modules: tune_shipped, the tests and
 # users import them from here.
 __all__ = ["PEERS", "RESULTS_DIR", "ROUNDS", "NotAvailable", "Workload", "build_model", "copy_runner", "fused_bias",
-           "geomean", "main", "make_input", "out_bytes", "parse_args", "plot", "run_threads", "run_workload",
-           "summarize", "to_markdown", "torch_call", "torch_workloads", "workloads"]
+           "geomean", "main", "make_input", "out_bytes", "parse_args", "plot", "run_channel_last", "run_threads",
+           "run_workload", "select", "summarize", "summarize_channel_last", "to_markdown", "torch_call",
+           "torch_workloads", "workloads"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -36,16 +44,36 @@ __all__ = ["PEERS", "RESULTS_DIR", "ROUNDS", "NotAvailable", "Workload", "build_
 
 
 def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
-    """Time every workload (or those named in ``only``) for every peer at ``threads`` threads.
+    """Time every workload (or those ``only`` selects, see :func:`select`) for every peer at
+    ``threads`` threads.
 
     Peers take turns (``timing.take_turns``) and a peer's figure is the median over all its
-    calls; the summary is the geometric mean of tvm_pool's speedups over the best peer.
+    calls; the summary is the geometric mean of tvm_pool's speedups over the best peer. The
+    channel-last workloads' rows and summary are ``["channel_last"]`` (present when any ran).
     """
-    every = workloads(quick) + torch_workloads(quick)
-    rows = [run_workload(w, threads, repeat) for w in every if not only or w.name in only]
+    rows = [run_workload(w, threads, repeat) for w in select(workloads(quick) + torch_workloads(quick), only)]
     geo = geomean([r["speedup"] for r in rows if "speedup" in r])
-    return {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
-            "geomean_speedup": geo, "machine": _machine()}
+    res = {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
+           "geomean_speedup": geo, "machine": _machine()}
+    cl_rows = [run_channel_last(w, threads, repeat) for w in select(channel_last_workloads(quick), only)]
+    if cl_rows:
+        res["channel_last"] = channel_last.summary(cl_rows)
+    return res
+
+
+def select(ws: list[Workload], only) -> list[Workload]:
+    """The workloads ``only`` names (every one when it is empty); "nhwc" / "channel_last"
+    name every channel-last workload."""
+    if not only:
+        return ws
+    every_cl = any(g in only for g in CHANNEL_LAST_GROUPS)
+    return [w for w in ws if w.name in only or (every_cl and w.road == "nhwc")]
+
+
+def known_names() -> set:
+    """Every name ``--only`` takes: the workloads' and the channel-last group's."""
+    every = workloads(False) + torch_workloads(False) + channel_last_workloads(False)
+    return {w.name for w in every} | set(CHANNEL_LAST_GROUPS)
 
 
 def run_workload(w: Workload, threads: int, repeat: int) -> dict:
@@ -74,11 +102,55 @@ def run_workload(w: Workload, threads: int, repeat: int) -> dict:
     return row
 
 
-def summarize(row: dict, samples: dict, nbytes: int, compile_s: float | None) -> dict:
+def run_channel_last(w: Workload, threads: int, repeat: int) -> dict:
+    """One channel-last workload's row: every peer whose result matches the NumPy reference
+    is timed, with tvm_pool's channel-first twin and the copy limit taking turns with them; a
+    peer that cannot run it (or whose result differs) gets its reason in ``row["na"]``."""
+    x = make_input(w)
+    expected = reference(w, x)
+    row = {"workload": w.name, "source": w.source, "op": w.op, "shape": w.shape, "layout": w.layout,
+           "dtype": w.dtype, "attrs": w.attrs, "large": w.large, "ms": {}, "na": {}}
+    runners, compile_s = {}, None
+    for peer in channel_last.PEERS + (channel_last.CHANNEL_FIRST,):
+        try:
+            runners[peer], cs = channel_last.start(peer, w, x, expected, threads)
+        except NotAvailable as err:
+            row["na"][peer] = str(err)
+            continue
+        if peer == "tvm_pool":
+            compile_s = cs
+    runners["copy"] = copy_runner(x.nbytes, expected.nbytes, threads)
+    errors = {name: channel_last.runtime_errors(name) for name in runners}
+    samples = timing.take_turns(runners, errors, repeat, row["na"])
+    runners.clear()
+    timing.settle()
+    summarize_channel_last(row, samples, x.nbytes + expected.nbytes, compile_s)
+    times = {**row["ms"], **({"channel_first": row["channel_first_ms"]} if "channel_first_ms" in row else {})}
+    print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in times.items()), file=sys.stderr)
+    return row
+
+
+def summarize_channel_last(row: dict, samples: dict, nbytes: int, compile_s: float | None) -> dict:
+    """:func:`summarize` over the channel-last peers, and where they ran: tvm_pool's
+    channel-first twin's median (``channel_first_ms``), tvm_pool's time over it
+    (``vs_channel_first``) and LiteRT's time over tvm_pool's (``speedup_litert``)."""
+    summarize(row, samples, nbytes, compile_s, peer_names=channel_last.PEERS)
+    ours = row["ms"].get("tvm_pool")
+    if channel_last.CHANNEL_FIRST in samples:
+        row["channel_first_ms"] = timing.median_ms(samples[channel_last.CHANNEL_FIRST])
+        if ours is not None:
+            row["vs_channel_first"] = ours / row["channel_first_ms"]
+    if ours is not None and "litert" in row["ms"]:
+        row["speedup_litert"] = row["ms"]["litert"] / ours
+    return row
+
+
+def summarize(row: dict, samples: dict, nbytes: int, compile_s: float | None, peer_names=PEERS) -> dict:
     """Fills ``row`` from the recorded ``samples`` (seconds per call, by peer and "copy"): each
-    peer's median ms, the bytes one call moves, the copy limit's median, and where they exist
-    the best other peer, tvm_pool's speedup over it and tvm_pool's time as a % of the copy's."""
-    row["ms"] = {p: timing.median_ms(samples[p]) for p in PEERS if p in samples}
+    of ``peer_names``' median ms, the bytes one call moves, the copy limit's median, and where they
+    exist the best other peer, tvm_pool's speedup over it and tvm_pool's time as a % of the
+    copy's."""
+    row["ms"] = {p: timing.median_ms(samples[p]) for p in peer_names if p in samples}
     row["bytes"] = nbytes
     row["copy_ms"] = timing.median_ms(samples["copy"])
     row["compile_s"] = compile_s
@@ -114,7 +186,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="a few workloads, fewer repeats")
     p.add_argument("--repeat", type=int, default=None, help="timed runs per peer (default 50; quick 15)")
     p.add_argument("--output-dir", default=RESULTS_DIR, help=f"where to write results (default {RESULTS_DIR})")
-    p.add_argument("--only", default=None, help="comma-separated workload names")
+    p.add_argument("--only", default=None,
+                   help="comma-separated workload names; nhwc (or channel_last): every channel-last workload")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default): the CPU peers; cuda: tvm_pool, stock TVM and PyTorch on a GPU (bench/cuda.py)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -130,7 +203,12 @@ def main(argv=None) -> int:
 
         return cuda.main(args)
     repeat = args.repeat or (15 if args.quick else 50)
-    only = set(args.only.split(",")) if args.only else None
+    only = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
+    unknown = sorted(only - known_names()) if only else []
+    if unknown:
+        print(f"--only: unknown workload(s) {', '.join(unknown)} (see bench/workloads.py; nhwc: the channel-last ones)",
+              file=sys.stderr)
+        return 2
     threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.child:
         res = run_threads(threads[0], args.quick, repeat, only)

@@ -3,11 +3,18 @@
 
 The CPU, CUDA and ARM benchmarks and the shipped-tuning check (``tune_shipped``) all time these
 same workloads, so their figures compare layer for layer.
+
+The channel-last workloads (:func:`channel_last_workloads`, ``--only nhwc``) are Relax pools in
+NHWC/NDHWC (:func:`relax_module`), each with its channel-first twin (:func:`channel_first_twin`:
+the same pool on the same data in NCHW/NCDHW) and a NumPy reference (:func:`reference`) that
+every peer's result is checked against before it is timed (``channel_last.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import itertools
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,6 +37,13 @@ class Workload:
     # keyword ``attrs``) through torch.export, run by tvm_pool's and stock TVM's
     # from_exported_program and by PyTorch eager (the PyTorch road; ONNX peers do not apply).
     road: str = "onnx"
+    # "nhwc" road: the layout the shape is in (NWC / NHWC / NDHWC).
+    layout: str | None = None
+    # A workload TFLite defines: its padding (SAME / VALID, ``pads`` holds what it comes to),
+    # and for an integer one the (scale, zero_point) of its input and output; its integer
+    # averages round half away from zero, as TFLite's kernels do.
+    tflite_padding: str | None = None
+    quant: tuple | None = None
 
 
 QUICK = ("resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8")
@@ -101,6 +115,158 @@ def torch_workloads(quick: bool) -> list[Workload]:
                  "adaptive_max_pool2d", [1, 256, 13, 13], dict(output_size=(6, 6)), indices=True, road="torch"),
     ]
     return w[:2] if quick else w
+
+
+# Names ``--only`` takes for every channel-last workload.
+CHANNEL_LAST_GROUPS = ("nhwc", "channel_last")
+QUICK_CHANNEL_LAST = ("nhwc_resnet_maxpool", "nhwc_tflite_avgpool_int8")
+# Channel-first layout names by spatial rank (the twins' layouts).
+CHANNEL_FIRST_LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def channel_last_workloads(quick: bool) -> list[Workload]:
+    """The channel-last workloads (issue 20): Relax pools in NHWC/NDHWC that tvm_pool and stock
+    TVM compile, LiteRT runs as a TFLite model and PyTorch on a channels_last tensor."""
+    def nhwc(name, source, op, shape, attrs=None, **kw):
+        layout = {3: "NWC", 4: "NHWC", 5: "NDHWC"}[len(shape)]
+        return Workload(name, source, op, shape, attrs or {}, road="nhwc", layout=layout, **kw)
+
+    w = [
+        nhwc("nhwc_resnet_maxpool", "ResNet-50 stem, NHWC", "MaxPool", [1, 112, 112, 64],
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        nhwc("nhwc_vgg_maxpool", "VGG-16 block1, NHWC", "MaxPool", [1, 224, 224, 64],
+             dict(kernel_shape=[2, 2], strides=[2, 2]), large=True),
+        nhwc("nhwc_inception_avgpool", "Inception 3x3 s1 p1 avg (count_include_pad=0), NHWC", "AveragePool",
+             [1, 28, 28, 192], dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=0)),
+        nhwc("nhwc_gap_b8", "ResNet-50 head, batch 8, NHWC", "GlobalAveragePool", [8, 7, 7, 2048]),
+        nhwc("nhwc_video3d_maxpool", "C3D/I3D 3-D, NDHWC", "MaxPool", [1, 16, 56, 56, 64],
+             dict(kernel_shape=[1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+        nhwc("nhwc_tflite_avgpool_int8", "TFLite int8 3x3 s2 SAME avg", "AveragePool", [1, 56, 56, 64],
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=tflite_pads("SAME", [56, 56], [3, 3], [2, 2]),
+                  count_include_pad=0),
+             dtype="int8", tflite_padding="SAME", quant=(0.05, 3)),
+    ]
+    return [x for x in w if x.name in QUICK_CHANNEL_LAST] if quick else w
+
+
+def tflite_pads(padding: str, spatial, kernel, strides) -> list:
+    """TFLite's SAME/VALID padding as ONNX-style pads (begins, then ends)."""
+    from tvm_pool.tflite.formulas import pool_geometry  # pylint: disable=import-outside-toplevel
+
+    top, left, bottom, right = pool_geometry(padding, spatial, kernel, strides)[0]
+    return [top, left, bottom, right]
+
+
+def is_channel_last(w: Workload) -> bool:
+    """Whether ``w``'s shape is channel-last (a nhwc-road workload; its twin is not)."""
+    return w.layout is not None and w.layout.endswith("C")
+
+
+def channel_first_twin(w: Workload) -> Workload:
+    """The same pool on the same data in the channel-first layout (NCW / NCHW / NCDHW)."""
+    shape = [w.shape[0], w.shape[-1], *w.shape[1:-1]]
+    return replace(w, name=f"{w.name}_channel_first", shape=shape, layout=CHANNEL_FIRST_LAYOUTS[len(shape) - 2])
+
+
+def to_channel_first(x: np.ndarray) -> np.ndarray:
+    """A channel-last array as a contiguous channel-first one (the twin's input)."""
+    return np.ascontiguousarray(np.moveaxis(x, -1, 1))
+
+
+def to_channel_last(x: np.ndarray) -> np.ndarray:
+    return np.moveaxis(x, 1, -1)
+
+
+def int_rounding(w: Workload) -> str:
+    """How an integer average divides: TFLite's kernels round half away from zero."""
+    return "half_away_from_zero" if w.tflite_padding else "toward_zero"
+
+
+def window(w: Workload):
+    """(kernel, strides, pads) of a nhwc-road workload, a global pool as one window over the
+    spatial axes."""
+    spatial = _spatial(w)
+    rank = len(spatial)
+    if w.op.startswith("Global"):
+        return list(spatial), [1] * rank, [0] * 2 * rank
+    k = list(w.attrs["kernel_shape"])
+    return k, list(w.attrs.get("strides", k)), list(w.attrs.get("pads", [0] * 2 * rank))
+
+
+def _spatial(w: Workload) -> list:
+    return list(w.shape[1:-1]) if is_channel_last(w) else list(w.shape[2:])
+
+
+def relax_module(w: Workload):
+    """The Relax module of a nhwc-road workload (or of its twin), in ``w.layout``: TVM's own
+    ``relax.op.nn`` pools, which ``tvm_pool.compile`` legalizes to its computes. An integer
+    average rounding half away from zero (TFLite's) has no Relax op: it is tvm_pool's compute
+    (``compute.avg_pool(int_rounding=...)``) emitted as a TE function."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(list(w.shape), w.dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(_relax_pool(bb, w, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _relax_pool(bb, w: Workload, x):
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    rank = len(w.shape) - 2
+    nn = relax.op.nn
+    if w.op == "GlobalAveragePool":
+        return getattr(nn, f"adaptive_avg_pool{rank}d")(x, 1, layout=w.layout)
+    kernel, strides, pads = window(w)
+    if w.op == "MaxPool":
+        return getattr(nn, f"max_pool{rank}d")(x, kernel, strides, pads, layout=w.layout)
+    include = bool(w.attrs.get("count_include_pad", 0))
+    if np.issubdtype(np.dtype(w.dtype), np.integer) and int_rounding(w) != "toward_zero":
+        from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+
+        return bb.emit_te(compute.avg_pool, x, kernel, strides, None, pads, count_include_pad=include,
+                          layout=w.layout, int_rounding=int_rounding(w), primfunc_name_hint="bench_avg_pool")
+    return getattr(nn, f"avg_pool{rank}d")(x, kernel, strides, pads, count_include_pad=include, layout=w.layout)
+
+
+def reference(w: Workload, x: np.ndarray) -> np.ndarray:
+    """NumPy's result of a nhwc-road workload on channel-last ``x`` (float64 sums, integer
+    averages rounded as :func:`int_rounding` says), in ``x``'s dtype."""
+    kernel, strides, pads = window(w)
+    integer = np.issubdtype(x.dtype, np.integer)
+    wide = x.astype(np.int64 if integer else np.float64)
+    if w.op == "MaxPool":
+        fill = np.iinfo(x.dtype).min if integer else -np.inf
+        return functools.reduce(np.maximum, _taps(_pad(wide, pads, fill), kernel, strides)).astype(x.dtype)
+    total = sum(_taps(_pad(wide, pads, 0), kernel, strides))
+    if w.attrs.get("count_include_pad", 0):
+        count = np.prod(kernel)
+    else:
+        ones = np.ones((1, *x.shape[1:-1], 1), np.int64)
+        count = sum(_taps(_pad(ones, pads, 0), kernel, strides))
+    if not integer:
+        return (total / count).astype(x.dtype)
+    if int_rounding(w) == "half_away_from_zero":
+        return (np.sign(total) * ((np.abs(total) + count // 2) // count)).astype(x.dtype)
+    return (np.sign(total) * (np.abs(total) // count)).astype(x.dtype)
+
+
+def _pad(x, pads, fill):
+    rank = len(pads) // 2
+    return np.pad(x, [(0, 0), *zip(pads[:rank], pads[rank:]), (0, 0)], constant_values=fill)
+
+
+def _taps(padded, kernel, strides):
+    """Each window tap's view of the padded channel-last array: one array of outputs per tap."""
+    rank = len(kernel)
+    sizes = [padded.shape[1 + a] for a in range(rank)]
+    outs = [(n - k) // s + 1 for n, k, s in zip(sizes, kernel, strides)]
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        idx = tuple(slice(o, o + s * (n - 1) + 1, s) for o, s, n in zip(offset, strides, outs))
+        yield padded[(slice(None), *idx, slice(None))]
 
 
 def torch_function(w: Workload):

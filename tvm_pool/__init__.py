@@ -10,6 +10,7 @@ from .errors import InvalidModelError, TvmPoolError, UnsupportedError  # noqa: E
 from .lowering import compile  # noqa: A004,E402  (same name as tvm.compile on purpose)
 from .onnx import from_onnx  # noqa: E402
 from .pytorch import from_exported_program  # noqa: E402
+from .tflite import from_tflite  # noqa: E402
 from .tuning import tune  # noqa: E402
 
-__all__ = ["InvalidModelError", "TvmPoolError", "UnsupportedError", "compile", "from_exported_program", "from_onnx", "relax_ops", "spec", "tune"]
+__all__ = ["InvalidModelError", "TvmPoolError", "UnsupportedError", "compile", "from_exported_program", "from_onnx", "from_tflite", "relax_ops", "spec", "tune"]

@@ -390,3 +390,17 @@ def import_model(convert, model, verbose: bool = False, quiet: bool = False, **k
             traceback.clear_frames(err.__traceback__)
             del err
     raise CliError(message)
+
+
+def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=None, shipped_logs: bool = True):
+    """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target)."""
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    from .. import artifact  # pylint: disable=import-outside-toplevel
+
+    mod = artifact.embed_signature(mod, signature)
+    progress.step(f"compiling for {target_label(tgt)}")
+    with tuning_log_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
+        captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
+        executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
+    return executable, signature, tgt

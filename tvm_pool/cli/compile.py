@@ -1,29 +1,28 @@
-"""``tvm-pool compile model.onnx -o model.so``: an ONNX model, or a program saved by
-``torch.export.save`` (``model.pt2``), to a deployable shared library."""
+"""``tvm-pool compile model.onnx -o model.so``: an ONNX model, a program saved by
+``torch.export.save`` (``model.pt2``) or a TFLite model (``model.tflite``), to a deployable
+shared library."""
 
 from __future__ import annotations
 
 import os
 
 from ..targets import export_compiler
-from . import exported
+from . import exported, tflite_files
 from .common import (
     TARGET_HELP,
     CliError,
     Progress,
     check_output,
+    compile_module,
     common_options,
     fmt_shape,
     graph_inputs,
     import_onnx,
     load_onnx,
-    native_output_captured,
     onnx_dtype,
     parse_input_shapes,
     resolve_input_shapes,
     resolve_target,
-    target_label,
-    tuning_log_warnings_shown,
     version,
 )
 
@@ -31,8 +30,8 @@ NAME = "compile"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser(NAME, parents=[common_options()], help="compile an ONNX model or torch.export program to a deployable shared library")
-    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
+    p = subparsers.add_parser(NAME, parents=[common_options()], help="compile an ONNX model, torch.export program or TFLite model to a deployable shared library")
+    p.add_argument("model", help="the ONNX model (.onnx), torch.export program (.pt2, saved by torch.export.save) or TFLite model (.tflite)")
     p.add_argument("-o", "--output", help="the shared library to write (default: MODEL with .so)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument(
@@ -116,20 +115,6 @@ def compile_program(
     return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
 
 
-def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=None, shipped_logs: bool = True):
-    """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target)."""
-    import tvm_pool  # pylint: disable=import-outside-toplevel
-
-    from .. import artifact  # pylint: disable=import-outside-toplevel
-
-    mod = artifact.embed_signature(mod, signature)
-    progress.step(f"compiling for {target_label(tgt)}")
-    with tuning_log_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
-        captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
-        executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
-    return executable, signature, tgt
-
-
 def output_path(model_path: str, output: str | None) -> str:
     """Where ``compile`` writes: ``-o`` (``.so`` added when it has no extension), else the
     model's name with ``.so``; refused when it is the model itself or cannot be written."""
@@ -147,8 +132,12 @@ def output_path(model_path: str, output: str | None) -> str:
 
 
 def load_model(path: str, input_shapes):
-    """The model at ``path`` (an ONNX model, or a torch.export program for ``.pt2``) and its
-    ``--input-shapes``, checked before anything slow (for ONNX, symbolic inputs fail here)."""
+    """The model at ``path`` (an ONNX model, a torch.export program for ``.pt2``, a TFLite model
+    for ``.tflite``) and its ``--input-shapes``, checked before anything slow (for ONNX,
+    symbolic inputs fail here)."""
+    if tflite_files.is_tflite_path(path):
+        model = tflite_files.load(path)
+        return model, tflite_files.check_input_shapes(model, parse_input_shapes(input_shapes))
     if exported.is_program_path(path):
         program = exported.load_program(path)
         overrides = parse_input_shapes(input_shapes)
@@ -174,6 +163,8 @@ def run(args) -> int:
     progress = Progress(4, quiet=args.quiet)
     progress.step(f"loaded {args.model}")
     build = compile_program if exported.is_program_path(args.model) else compile_onnx
+    if tflite_files.is_tflite_path(args.model):
+        build = tflite_files.compile_tflite
     executable, signature, _ = build(
         model, target=target, input_shapes=overrides, source=args.model, progress=progress, verbose=args.verbose,
         tuning_logs=args.tuning_logs, shipped_logs=not args.no_tuning_logs,

@@ -1,13 +1,15 @@
 """``tvm-pool inspect model.onnx``: which converter, output shape, padding, schedule rule and
 tuning record each pooling node gets; for a torch.export program (``model.pt2``), each ATen
-pooling node with its arguments, types, schedule rule and tuning record."""
+pooling node with its arguments, types, schedule rule and tuning record; for a TFLite model
+(``model.tflite``), each pooling operator (:mod:`tvm_pool.cli.tflite_files`)."""
 
 from __future__ import annotations
 
 import sys
 
 from ..errors import TvmPoolError
-from . import exported
+from . import exported, tflite_files
+from .probes import schedule_rule_for, tuning_record_for
 from .common import (
     MODEL_ERRORS,
     TARGET_HELP,
@@ -45,7 +47,7 @@ WINDOW_POOLS = ("MaxPool", "AveragePool", "LpPool")
 
 def add_parser(subparsers):
     p = subparsers.add_parser(NAME, parents=[common_options()], help="show how tvm_pool handles each pooling node")
-    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
+    p.add_argument("model", help="the ONNX model (.onnx), torch.export program (.pt2, saved by torch.export.save) or TFLite model (.tflite)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument("--input-shapes", action="append", metavar="NAME=D0,D1,...", help="static input shapes")
     from .compile import add_tuning_options  # pylint: disable=import-outside-toplevel
@@ -149,61 +151,13 @@ def _single_node_model(model, node, shapes):
     return probe
 
 
-def schedule_rule_for(probe_mod, target) -> str:
-    """The name of the first tvm_pool schedule rule that applies to the node's PrimFunc(s). A
-    rule that fails on a function raises here, as it would fail ``compile``."""
-    from tvm import relax, tirx  # pylint: disable=import-outside-toplevel
-
-    from .. import lowering, schedules  # pylint: disable=import-outside-toplevel
-
-    rules = list(schedules.rules_for(target))
-    if not rules:
-        return "none (unscheduled)"
-    if probe_mod is None:
-        return "? (input shape unknown)"
-    mod = probe_mod
-    with target:
-        mod = relax.transform.LegalizeOps(customize_legalize_map=lowering.legalize_map())(mod)
-    found = []
-    for _, func in mod.functions_items():
-        if not isinstance(func, tirx.PrimFunc):
-            continue
-        func = func.with_attr("target", target)
-        for rule in rules:
-            if rule.apply(func, target, False) is not None:
-                found.append(getattr(rule, "name", None) or _rule_name(rule))
-                break
-        else:
-            found.append(None)
-    names = [f for f in found if f]
-    if not names:
-        return "none (unscheduled)"
-    return ", ".join(dict.fromkeys(names))
-
-
-def _rule_name(rule) -> str:
-    module = type(rule).__module__.rsplit(".", 1)[-1]
-    return f"{module}.{type(rule).__name__}" if module not in ("__main__", "builtins") else type(rule).__name__
-
-
-def tuning_record_for(probe_mod, target, tuning_logs=None, shipped: bool = True) -> str | None:
-    """The tuning record the node's PrimFunc gets from ``tuning_logs`` and the shipped logs
-    (None: none); "? (why)" when the node's functions cannot be fused or extracted as tasks."""
-    from .. import tuning  # pylint: disable=import-outside-toplevel
-
-    if probe_mod is None:
-        return None
-    try:
-        return tuning.tuning_record_for(target, probe_mod, tuning_logs, shipped)
-    except MODEL_ERRORS as err:
-        return f"? ({one_line(err)})"
-
-
 def run(args) -> int:
     from ..onnx.base import converter_for  # pylint: disable=import-outside-toplevel
 
     if exported.is_program_path(args.model):
         return _inspect_program(args)
+    if tflite_files.is_tflite_path(args.model):
+        return tflite_files.inspect(args)
     model = load_onnx(args.model)
     overrides = parse_input_shapes(args.input_shapes)
     target = resolve_target(args.target)

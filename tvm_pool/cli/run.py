@@ -2,7 +2,10 @@
 
 ``tvm-pool run model.pt2 [--inputs in.npz] [--input-shapes NAME=D0,...]``: compile a program saved
 by ``torch.export.save`` for this CPU, then run it the same way; without ``--inputs`` it runs on
-random inputs of the shapes the program was exported with (or ``--input-shapes``)."""
+random inputs of the shapes the program was exported with (or ``--input-shapes``).
+
+``tvm-pool run model.tflite [...]``: the same for a TFLite model (random inputs of its declared
+shapes)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import os
 import time
 from typing import Sequence
 
-from . import exported
+from . import exported, tflite_files
 from .common import (
     CliError,
     Progress,
@@ -27,19 +30,22 @@ NAME = "run"
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        NAME, parents=[common_options()], help="run a module compiled by tvm-pool compile, or a torch.export program"
+        NAME, parents=[common_options()],
+        help="run a module compiled by tvm-pool compile, or a torch.export program or TFLite model",
     )
     p.add_argument(
-        "module", help="the compiled module (.so), or a torch.export program (.pt2), compiled for this CPU first"
+        "module",
+        help="the compiled module (.so), or a torch.export program (.pt2) or TFLite model (.tflite), compiled for "
+        "this CPU first",
     )
     p.add_argument(
         "--inputs",
-        help=".npz with one array per model input, by input name (required for a .so; a .pt2 without it runs on "
-        "random inputs of the shapes it was exported with)",
+        help=".npz with one array per model input, by input name (required for a .so; a .pt2 or .tflite without it "
+        "runs on random inputs of the shapes it was exported with)",
     )
     p.add_argument(
         "--input-shapes", action="append", metavar="NAME=D0,D1,...",
-        help="a .pt2 only: static shape of an input with symbolic dimensions (repeatable), also the random inputs' shape",
+        help="a .pt2 or .tflite only: static shape of an input (repeatable), also the random inputs' shape",
     )
     p.add_argument("-o", "--output", help="write the outputs, by output name, to this .npz")
     p.add_argument("--repeat", type=int, help="time N runs and print median/mean/min/max")
@@ -167,7 +173,7 @@ def output_path(args) -> str | None:
         return None
     path = args.output if args.output.endswith(".npz") or os.path.isdir(args.output) else args.output + ".npz"
     inputs = {"the --inputs archive": args.inputs} if args.inputs else {}
-    module = "the program" if exported.is_program_path(args.module) else "the module"
+    module = "the program" if _compiled_here(args.module) else "the module"
     return check_output(path, "-o", {**inputs, module: args.module})
 
 
@@ -256,6 +262,11 @@ def _program_vm(args, overrides, progress):
     return relax.VirtualMachine(executable, device), signature, device, shapes
 
 
+def _compiled_here(path: str) -> bool:
+    """Whether ``path`` is a model ``run`` compiles first (a .pt2 or .tflite), not a module."""
+    return exported.is_program_path(path) or tflite_files.is_tflite_path(path)
+
+
 def run(args) -> int:
     import numpy as np  # pylint: disable=import-outside-toplevel
 
@@ -263,23 +274,28 @@ def run(args) -> int:
 
     if args.repeat is not None and args.repeat < 1:
         raise CliError(f"--repeat must be at least 1, got {args.repeat}")
-    program = exported.is_program_path(args.module)
+    program = _compiled_here(args.module)
     if not program:
         if not args.inputs:
             raise CliError(
                 f"running {args.module} needs --inputs IN.npz (one array per input, by name); only a .pt2 program "
-                "runs on random inputs"
+                "or .tflite model runs on random inputs"
             )
         if args.input_shapes:
-            raise CliError("--input-shapes applies to a .pt2 program; a compiled module takes the shapes of --inputs")
-    require_input_file(args.module, "a torch.export program (.pt2)" if program else "a compiled module")
+            raise CliError(
+                "--input-shapes applies to a .pt2 program or .tflite model; a compiled module takes the shapes of --inputs"
+            )
+    tflite = tflite_files.is_tflite_path(args.module)
+    kind = "a TFLite model (.tflite)" if tflite else "a torch.export program (.pt2)"
+    require_input_file(args.module, kind if program else "a compiled module")
     overrides = parse_input_shapes(args.input_shapes) if program else {}
     output = output_path(args)
     arrays = load_npz(args.inputs) if args.inputs else None
     steps = (4 if program else 2) + (1 if args.repeat else 0)
     progress = Progress(steps, quiet=args.quiet)
     if program:
-        vm, signature, device, shapes = _program_vm(args, overrides, progress)
+        build = tflite_files.compiled_vm if tflite else _program_vm
+        vm, signature, device, shapes = build(args, overrides, progress)
         if arrays is None:
             arrays = random_inputs(signature, shapes)
             described = ", ".join(f"{k}{fmt_shape(list(v.shape))}" for k, v in arrays.items())

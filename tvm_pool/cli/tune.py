@@ -37,6 +37,10 @@ def add_parser(subparsers):
     )
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on a device registered with TVM's RPC tracker")
     p.add_argument("--rpc-key", metavar="KEY", help="the device key on the tracker")
+    p.add_argument(
+        "--rpc-workers", type=int, metavar="N",
+        help="candidates measured at once through the tracker (default: one per device registered under the key)",
+    )
     return p
 
 
@@ -44,7 +48,6 @@ def run(args) -> int:
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
     from .. import tuning  # pylint: disable=import-outside-toplevel
-    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
 
     program = exported.is_program_path(args.model)
     if program:
@@ -61,15 +64,7 @@ def run(args) -> int:
     target = resolve_target(args.target)
     if args.trials < 0:
         raise CliError(f"--trials must be >= 0, got {args.trials}")
-    rpc = None
-    if args.rpc_tracker or args.rpc_key:
-        if not (args.rpc_tracker and args.rpc_key):
-            raise CliError("--rpc-tracker HOST:PORT and --rpc-key KEY go together")
-        rpc = {"tracker": args.rpc_tracker, "key": args.rpc_key}
-        try:
-            tuning.rpc_config(rpc)  # a malformed HOST:PORT fails here, before anything slow
-        except TvmPoolError as err:
-            raise CliError(str(err)) from None
+    rpc = _rpc_options(args)
     log_dir = args.log_dir or os.path.join("tuning_logs", tuning.target_family(target))
     if os.path.exists(log_dir) and not os.path.isdir(log_dir):
         raise CliError(f"--log-dir {log_dir}: exists and is not a directory")
@@ -96,3 +91,27 @@ def run(args) -> int:
     if result.emulated:
         print(f"note: measured on {result.emulated}")
     return 0
+
+
+def _rpc_options(args) -> dict | None:
+    """The ``rpc`` of tvm_pool.tune from --rpc-tracker/--rpc-key/--rpc-workers (None: measure
+    here); malformed ones fail here, before anything slow."""
+    from .. import tuning  # pylint: disable=import-outside-toplevel
+    from ..errors import TvmPoolError  # pylint: disable=import-outside-toplevel
+
+    if not (args.rpc_tracker or args.rpc_key):
+        if args.rpc_workers is not None:
+            raise CliError("--rpc-workers needs --rpc-tracker HOST:PORT and --rpc-key KEY")
+        return None
+    if not (args.rpc_tracker and args.rpc_key):
+        raise CliError("--rpc-tracker HOST:PORT and --rpc-key KEY go together")
+    if args.rpc_workers is not None and args.rpc_workers < 1:
+        raise CliError(f"--rpc-workers must be >= 1, got {args.rpc_workers}")
+    rpc = {"tracker": args.rpc_tracker, "key": args.rpc_key}
+    if args.rpc_workers is not None:
+        rpc["workers"] = args.rpc_workers
+    try:
+        tuning.rpc_config(rpc)
+    except TvmPoolError as err:
+        raise CliError(str(err)) from None
+    return rpc
