@@ -317,13 +317,14 @@ def _run_remote(remote, so, x):
     return vm["main"](tvm.runtime.tensor(x, dev)).numpy()
 
 
-@pytest.mark.slow  # ~100 s on 2 cores; test_rpc_server_under_qemu keeps the RPC path in the default suite
+@pytest.mark.slow  # ~2-3 min on 2 cores; test_rpc_server_under_qemu keeps the RPC path in the default suite
 def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, capsys):
-    """Issue 13's flow for a new device: TVM's RPC tracker on the host, the emulated board's RPC
-    server registered with it, `tvm-pool tune --target arm --rpc-tracker ... --rpc-key ...`
-    (cross-compiled candidates, uploaded and timed on the board; the timings are emulated and
-    the command says so). The log is TVM's JSONDatabase with records for every task; the
-    model compiled with it runs on the board and matches onnxruntime."""
+    """Issue 13's flow for a new device, on a farm (issue 23): TVM's RPC tracker on the host, two
+    emulated boards' RPC servers registered with it under one key, `tvm-pool tune --target arm
+    --rpc-tracker ... --rpc-key ...` (cross-compiled candidates, uploaded and timed on both
+    boards at once; the timings are emulated and the command says so). The log is TVM's
+    JSONDatabase with records for every task; the model compiled with it runs on a board and
+    matches onnxruntime."""
     from tvm import rpc
     from tvm.s_tir import meta_schedule as ms
 
@@ -334,18 +335,21 @@ def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, caps
     onnx.save(model, path)
     log_dir = tmp_path / "log"
     key = "tvm-pool-aarch64"
-    server_port = free_port()
+    server_ports = []
     with host_processes() as start:
         port = start_tracker(start)
-        emulation.rpc_start(server_port, tracker=f"127.0.0.1:{port}", key=key)
         try:
-            wait_for_server(port, key)
+            for _ in range(2):
+                server_port = free_port()
+                emulation.rpc_start(server_port, tracker=f"127.0.0.1:{port}", key=key)
+                server_ports.append(server_port)
+            wait_for_server(port, key, count=2)
             assert cli.main(["tune", str(path), "--target", "arm", "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key,
                              "--trials", "4", "--log-dir", str(log_dir)]) == 0
             out, err = capsys.readouterr()
             assert out.startswith(f"wrote {log_dir}: 2 tasks"), out
             assert "note: measured on qemu-aarch64 user-mode emulation" in out and "timings are emulated" in out, out
-            assert "measuring through the RPC tracker on qemu-aarch64" in err, err
+            assert f"measuring on 2 devices (key '{key}') under qemu-aarch64" in err, err
 
             target = resolve_target("arm")
             mod = tvm_pool.from_onnx(model)
@@ -363,5 +367,6 @@ def test_tune_through_the_rpc_tracker_on_emulated_aarch64(device, tmp_path, caps
             x = _input([1, 3, 16, 16], "float32", 31)
             got = _run_remote(rpc.connect_tracker("127.0.0.1", port).request(key, session_timeout=240), so, x)
         finally:
-            assert emulation.rpc_stop(server_port)
+            for server_port in server_ports:
+                assert emulation.rpc_stop(server_port)
     np.testing.assert_allclose(got, run_onnxruntime(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -1,10 +1,12 @@
-"""Shared by the tuning tests (x86 in test_tuning.py, aarch64 in test_arm_emulated.py): the tiny
-Relu -> pool and Conv -> Relu -> MaxPool models, running a PrimFunc, TVM's RPC tracker as a
-process, and the check that compile applies a log's records."""
+"""Shared by the tuning tests (x86 in test_tuning.py and test_tuning_farm.py, aarch64 in
+test_arm_emulated.py): the tiny Relu -> pool and Conv -> Relu -> MaxPool models, running a
+PrimFunc, TVM's RPC tracker as a process or a thread, RPC servers that log their sessions, and
+the check that compile applies a log's records."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -157,17 +159,104 @@ def start_tracker(start, timeout=120) -> int:
             time.sleep(0.5)
 
 
-def wait_for_server(port, key, timeout=240):
-    """Until a server has registered under ``key`` with the tracker on ``port``."""
+def wait_for_server(port, key, timeout=240, count=1):
+    """Until ``count`` servers have registered under ``key`` with the tracker on ``port``."""
     from tvm import rpc  # pylint: disable=import-outside-toplevel
 
     deadline = time.time() + timeout
     while True:
         try:
             servers = rpc.connect_tracker("127.0.0.1", port).summary()["server_info"]
-            if any(s["key"].partition(":")[2] == key for s in servers):
+            if sum(s["key"].partition(":")[2] == key for s in servers) >= count:
                 return
         except (OSError, RuntimeError):  # the tracker not up yet, or resetting the connection
             pass
-        assert time.time() < deadline, f"no RPC server registered under {key!r} within {timeout} s"
-        time.sleep(1)
+        assert time.time() < deadline, f"not {count} RPC server(s) registered under {key!r} within {timeout} s"
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def tracker_thread():
+    """TVM's RPC tracker on 127.0.0.1 as a thread of this process (no TVM import of its own, as
+    ``python -m tvm.exec.rpc_tracker`` has); its port. Stopped on exit."""
+    from tvm.rpc import tracker  # pylint: disable=import-outside-toplevel
+
+    state = tracker.PopenTrackerServerState("127.0.0.1", port=free_port(), port_end=65535, silent=True)
+    try:
+        yield state.port
+    finally:
+        tracker.Tracker._stop_tracker(state)  # pylint: disable=protected-access  (host, port, stop_key)
+        state.thread.join(30)
+
+
+# A TVM RPC server registered with the tracker, run in this Python's main process (``python -m
+# tvm.exec.rpc_server`` starts a second process that imports TVM again), which appends a line to
+# its log (argv[1]) when a session starts and when it ends: TVM's server serves one session at a
+# time, in a child process it forks per session, from its `_serving` (called by its listen loop).
+LOGGING_SERVER = """
+import json, sys, time
+from tvm.rpc import server
+log, port, tracker, key = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+serving = server._serving
+def note(event):
+    with open(log, "a") as f:
+        f.write(json.dumps({"event": event, "time": time.time()}) + "\\n")
+def _serving(*args):
+    note("start")
+    try:
+        serving(*args)
+    finally:
+        note("end")
+server._serving = _serving
+host, _, tracker_port = tracker.rpartition(":")
+state = server.PopenRPCServerState("127.0.0.1", port, port + 1, tracker_addr=(host, int(tracker_port)), key=key,
+                                   silent=True)
+state.thread.join()
+"""
+
+
+class LoggingServer:
+    """A :data:`LOGGING_SERVER` process and its session log."""
+
+    def __init__(self, proc, log):
+        self.proc, self.log = proc, log
+
+    def events(self) -> list:
+        """[(event, time)]: "start" and "end" in turn (the last start may have no end yet)."""
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log, encoding="utf-8") as f:
+            return [(e["event"], e["time"]) for e in map(json.loads, f.read().splitlines())]
+
+    def sessions(self) -> list:
+        """[(start, end)] of the sessions it served; end None for one cut short (killed)."""
+        out = []
+        for event, when in self.events():
+            if event == "start":
+                out.append([when, None])
+            elif out:
+                out[-1][1] = when
+        return [tuple(s) for s in out]
+
+
+@contextlib.contextmanager
+def rpc_farm(count, key, log_dir):
+    """A tracker (a thread of this process) and ``count`` :class:`LoggingServer` processes
+    registered with it under ``key``: (tracker port, servers). All stopped on exit."""
+    with tracker_thread() as port, host_processes() as start:
+        servers = []
+        for i in range(count):
+            log = os.path.join(str(log_dir), f"server{i}.jsonl")
+            servers.append(LoggingServer(start(["-c", LOGGING_SERVER, log, free_port(), f"127.0.0.1:{port}", key]), log))
+        wait_for_server(port, key, count=count)
+        yield port, servers
+
+
+def most_at_once(intervals) -> int:
+    """The most of the ``(start, end)`` intervals that were open at one time."""
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = level = 0
+    for _, step in edges:
+        level += step
+        best = max(best, level)
+    return best

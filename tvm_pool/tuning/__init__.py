@@ -28,7 +28,10 @@ One module per concern:
 
 - :mod:`.logs`         reading, checking and loading logs (what ``lowering`` imports)
 - :mod:`.lookup`       which record each PrimFunc of a model gets (``tvm-pool inspect``)
-- :mod:`.measure`      the in-process builder and runner, the RPC tracker and device
+- :mod:`.measure`      the in-process builder and runner
+- :mod:`.remote`       the RPC tracker, its devices under a key, and the check before a run
+- :mod:`.farm`         building on the host's cores, measuring on every device under the key
+- :mod:`.workers`      worker threads whose jobs have a deadline (a device that stops answering)
 - :mod:`.plan`         planning a run: target, device, tasks and their design spaces
 - :mod:`.pooling`      the exhaustive search of pooling tasks
 - :mod:`.evolutionary` MetaSchedule's search of the other tasks
@@ -58,7 +61,8 @@ from .logs import (
     tuned_threads,
 )
 from .lookup import records_for, tuning_record_for
-from .measure import EVALUATOR, RpcDevice, rpc_config, rpc_device
+from .measure import EVALUATOR
+from .remote import RpcDevice, rpc_config, rpc_device, rpc_workers
 from .meta import TaskResult, TuneResult
 from .pooling import POOL_MIN_GAIN, POOL_ROUNDS, pool_records_to_keep
 from .search import tune
@@ -67,6 +71,6 @@ __all__ = [
     "EVALUATOR", "META_FILE", "POOL_MIN_GAIN", "POOL_ROUNDS", "RECORD_FILE", "SEARCH", "WORKLOAD_FILE",
     "LogRecords", "RpcDevice", "TaskResult", "TuneResult", "TuningLogWarning",
     "describe_target", "is_pooling", "load_logs", "mismatch", "pool_records_to_keep", "read_log", "read_meta",
-    "records_for", "rpc_config", "rpc_device", "runtime_threads", "shipped_log_dir", "target_family",
+    "records_for", "rpc_config", "rpc_device", "rpc_workers", "runtime_threads", "shipped_log_dir", "target_family",
     "target_features", "tune", "tuned_threads", "tuning_record_for",
 ]

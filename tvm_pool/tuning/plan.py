@@ -18,7 +18,7 @@ from .. import lowering
 from ..errors import TvmPoolError
 from ..targets import export_compiler, foreign_triple, num_cores, resolve_target, target_family, with_num_cores
 from .logs import runtime_threads
-from .measure import rpc_device
+from .remote import rpc_config, rpc_device, rpc_workers
 
 
 @dataclass
@@ -36,6 +36,8 @@ class Plan:
     search_tasks: list  # [task]: searched by MetaSchedule
     start: float  # when task extraction began: the run's clock
     budget_s: float | None = None  # the search stops this long after start
+    devices: int = 0  # servers under the RPC key when the run began
+    workers: int = 0  # candidates measured at once on them (one session per device at a time)
 
     @property
     def deadline(self) -> float | None:
@@ -48,9 +50,16 @@ class Plan:
             f"tuning {source or 'model'} for {target_family(target)} ({target.attrs.get('mcpu', target.kind.name)}): "
             f"{len(self.tasks)} tasks, {len(self.pool_tasks)} pooling (exhaustive, "
             f"{sum(len(c) for _, c in self.pool_tasks)} candidates), {len(self.search_tasks)} searched with {trials} trials"
-            + (", measuring through the RPC tracker" if self.rpc else "")
-            + (f" on {self.emulated}" if self.emulated else "")
+            + (f", {self.measuring()}" if self.rpc else "")
+            + (f" under {self.emulated}" if self.emulated else "")
         )
+
+    def measuring(self) -> str:
+        """Where candidates are measured: "measuring on 3 devices (key 'farm')"."""
+        count = f"{self.devices} device{'s' if self.devices != 1 else ''}"
+        workers = "" if self.workers == self.devices else (
+            f", {self.workers} at a time" if self.workers < self.devices else f", {self.workers} workers")
+        return f"measuring on {count} (key {rpc_config(self.rpc).tracker_key!r}{workers})"
 
 
 def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float | None = None) -> Plan:
@@ -68,6 +77,7 @@ def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float 
             "measure them on the device through TVM's RPC tracker (tvm-pool tune --rpc-tracker HOST:PORT --rpc-key KEY)"
         )
     device = rpc_device(rpc) if rpc else None
+    workers = rpc_workers(rpc, device.count) if device else 0
     target = with_num_cores(target, device.threads if device else num_cores())
     log_dir = log_dir or os.path.join("tuning_logs", target_family(target))
     os.makedirs(log_dir, exist_ok=True)
@@ -78,6 +88,7 @@ def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float 
         target=target, log_dir=log_dir, fcompile=fcompile, rpc=rpc,
         threads=device.threads if device else runtime_threads(), emulated=device.emulated if device else None,
         tasks=tasks, pool_tasks=pool_tasks, search_tasks=search_tasks, start=start, budget_s=budget_s,
+        devices=device.count if device else 0, workers=workers,
     )
 
 

@@ -43,6 +43,19 @@ def _median(values) -> float:
     return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
+def _measure_round(runner, inputs) -> list:
+    """One round: every candidate measured, and those that failed measured once more. Through
+    the RPC tracker a failure is mostly the device's (it died or stopped answering, :mod:`.farm`),
+    and the next measurement goes to another device; a candidate that fails twice is dropped (a
+    knob is compared with the hand-written schedule only when both ran in every round)."""
+    results = [future.result() for future in runner.run(inputs)]
+    failed = [i for i, res in enumerate(results) if res.error_msg is not None]
+    if failed:
+        for i, future in zip(failed, runner.run([inputs[i] for i in failed])):
+            results[i] = future.result()
+    return results
+
+
 def tune_pools(plan, builder, runner, database, say) -> list[TaskResult]:
     """Measure every pooling task's candidates (``plan.pool_tasks``) and commit the records
     worth keeping to ``database``; one progress line per task."""
@@ -78,7 +91,7 @@ def _tune_pool(task, cands, target, builder, runner, database) -> TaskResult:
             order.append((label, sch))
     # Rounds over every candidate in turn, so a drift of the machine (another job, the clock)
     # hits every candidate alike; a candidate's time is the mean of its per-round medians.
-    rounds = [[r.result() for r in runner.run(inputs)] for _ in range(POOL_ROUNDS)] if inputs else []
+    rounds = [_measure_round(runner, inputs) for _ in range(POOL_ROUNDS)] if inputs else []
     workload = database.commit_workload(task_mod)
     result = TaskResult(task.task_name, "pool", trials=len(cands))
     timed = []

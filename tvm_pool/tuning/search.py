@@ -3,6 +3,7 @@ MetaSchedule's evolutionary search, then record the run in the log's ``target.js
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -10,6 +11,7 @@ import tvm
 
 from ..targets import describe_target
 from . import evolutionary, pooling
+from .farm import Farm
 from .measure import in_process_builder, make_runner
 from .meta import Run, TuneResult, fmt_secs, write_meta
 from .plan import plan as plan_run
@@ -33,11 +35,13 @@ def tune(  # pylint: disable=too-many-arguments
     ``trials``: measurements for the evolutionary search over the non-pooling tasks (pooling
     tasks are searched exhaustively on top). ``log_dir``: where the database goes (default
     ``./tuning_logs/<family>``); an existing log there is extended. ``rpc``: measure on a
-    device registered with TVM's RPC tracker, ``{"tracker": "HOST:PORT", "key": KEY}``; the
-    builder then cross-compiles with the target's toolchain (required for another CPU's target),
-    and :func:`~tvm_pool.tuning.measure.rpc_device` checks the tracker first
-    (``TuneResult.emulated`` says when the device is :mod:`tvm_pool.emulation`'s, whose timings
-    are not hardware time). ``progress``: a callable taking one line (default: print to
+    device registered with TVM's RPC tracker, ``{"tracker": "HOST:PORT", "key": KEY}``: on every
+    device under the key at once (``"workers": N`` measures N candidates at once instead of one
+    per device; ``"timeout": S`` the session timeout, 60 s; :mod:`.farm`); the builder then
+    builds on the host's cores and cross-compiles with the target's toolchain (required for
+    another CPU's target), and :func:`~tvm_pool.tuning.remote.rpc_device` checks the tracker
+    first (``TuneResult.emulated`` says when the device is :mod:`tvm_pool.emulation`'s, whose
+    timings are not hardware time). ``progress``: a callable taking one line (default: print to
     stderr). ``time_budget_s``: stop the search after this long (the trials measured so far are
     in the log).
     """
@@ -47,13 +51,14 @@ def tune(  # pylint: disable=too-many-arguments
     plan = plan_run(mod, target, trials=trials, log_dir=log_dir, rpc=rpc, budget_s=time_budget_s)
     say(plan.summary(source, trials))
     counter = evolutionary.BatchCounter(say)
-    builder, runner = in_process_builder(plan.fcompile), make_runner(rpc, on_batch=counter)
     database = JSONDatabase(work_dir=plan.log_dir)
-    results = pooling.tune_pools(plan, builder, runner, database, say)
+    results: list = []
     stopped = "interrupted"  # unless the search returns: Ctrl-C or an error, the log written still
     try:
-        evolutionary.search(plan, trials, builder, runner, database, say, results, counter=counter,
-                            trials_per_iter=trials_per_iter, seed=seed)
+        with _measurers(plan, say, counter) as (builder, runner):
+            results.extend(pooling.tune_pools(plan, builder, runner, database, say))
+            evolutionary.search(plan, trials, builder, runner, database, say, results, counter=counter,
+                                trials_per_iter=trials_per_iter, seed=seed)
         stopped = "time budget" if plan.deadline and time.time() >= plan.deadline else None
     finally:
         seconds = time.time() - plan.start
@@ -62,3 +67,17 @@ def tune(  # pylint: disable=too-many-arguments
                                                   emulated=plan.emulated, stopped=stopped))
     say(f"wrote {plan.log_dir}: {measured} measurements in {fmt_secs(seconds)}")
     return TuneResult(plan.log_dir, describe_target(plan.target), results, seconds, measured, plan.emulated)
+
+
+@contextlib.contextmanager
+def _measurers(plan, say, counter):
+    """(builder, runner): on the devices behind the RPC tracker (:class:`~.farm.Farm`), else in
+    this process."""
+    if not plan.rpc:
+        yield in_process_builder(plan.fcompile), make_runner(on_batch=counter)
+        return
+    farm = Farm(plan, say, on_batch=counter)
+    try:
+        yield farm.builder(), farm.runner()
+    finally:
+        farm.close()
