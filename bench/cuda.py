@@ -9,22 +9,34 @@ device-to-device copy reading and writing as many bytes, timed the same way (100
 the copy). The summary line gives the geometric mean of tvm_pool's speedup over PyTorch and
 over the best peer; the heading names the GPU, its architecture and the CUDA driver. Where
 there is no CUDA device it refuses in one line (exit status 2) and times nothing.
+
+The channel-last workloads (``workloads.channel_last_workloads``, ``--only nhwc``) are timed on
+the GPU too: their Relax modules (TVM's own NHWC/NDHWC pools) through tvm_pool and stock TVM,
+PyTorch on a channels_last tensor, and tvm_pool's channel-first twin (the same pool on the same
+data in NCHW/NCDHW); every result is checked against the workload's NumPy reference before it
+is timed (``channel_last.check``), and their rows and geometric means are reported apart.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
 import sys
 import time
 
+from . import channel_last
 from .peers import TVM_ERRORS, NotAvailable, runtime_errors, torch_call
 from .summary import fmt, geomean, short_reason
 from .timing import copy_size, sample_times
-from .workloads import Workload, build_model, make_input, out_bytes, workloads
+from .workloads import (
+    CHANNEL_LAST_GROUPS, Workload, build_model, channel_first_twin, channel_last_workloads, make_input, out_bytes,
+    reference, relax_module, to_channel_first, to_channel_last, workloads,
+)
 
 PEERS = ("tvm_pool", "tvm", "torch")
+CHANNEL_FIRST = channel_last.CHANNEL_FIRST  # tvm_pool on a channel-last workload's channel-first twin
 
 
 class NoDevice(RuntimeError):
@@ -155,6 +167,8 @@ def summarize(row: dict) -> dict:
         row["speedup_vs_torch"] = row["ms"]["torch"] / ours
     if ours and others:
         row["speedup"] = min(others) / ours
+    if ours and row["ms"].get(CHANNEL_FIRST):
+        row["vs_channel_first"] = ours / row["ms"][CHANNEL_FIRST]
     return row
 
 
@@ -183,45 +197,168 @@ def time_workload(w: Workload, dev, arch: str, repeat: int) -> dict:
 
 
 def run(quick: bool, repeat: int, only=None) -> dict:
-    """Every workload (or those named in ``only``) on CUDA device 0; NoDevice where there is none."""
+    """Every workload (or those named in ``only``; "nhwc" / "channel_last": every channel-last
+    one) on CUDA device 0; NoDevice where there is none."""
     dev, arch = device_or_reason()
-    rows = [time_workload(w, dev, arch, repeat) for w in workloads(quick) if not only or w.name in only]
-    return with_geomeans({"device": f"CUDA {arch}", "gpu": gpu_info(dev, arch), "rows": rows})
+    rows = [time_workload(w, dev, arch, repeat) for w in select(workloads(quick), only)]
+    result = with_geomeans({"device": f"CUDA {arch}", "gpu": gpu_info(dev, arch), "rows": rows})
+    cl_rows = [time_channel_last(w, dev, arch, repeat) for w in select(channel_last_workloads(quick), only)]
+    if cl_rows:
+        result["channel_last"] = with_geomeans({"rows": cl_rows}, CHANNEL_LAST_MEANS)
+    return result
 
 
-def with_geomeans(result: dict) -> dict:
-    """The geometric means of tvm_pool's speedups (over PyTorch, over the best peer) across the
-    rows that have them."""
-    for key in ("speedup_vs_torch", "speedup"):
+def select(ws: list, only) -> list:
+    """The workloads ``only`` names (every one when it is empty); a channel-last group name
+    (``workloads.CHANNEL_LAST_GROUPS``) names every channel-last workload."""
+    group = bool(only) and bool(set(only) & set(CHANNEL_LAST_GROUPS))
+    return [w for w in ws if not only or w.name in only or (group and w.road == "nhwc")]
+
+
+MEANS = ("speedup_vs_torch", "speedup")
+CHANNEL_LAST_MEANS = MEANS + ("vs_channel_first",)  # tvm_pool's time over its channel-first twin's
+
+
+def with_geomeans(result: dict, keys=MEANS) -> dict:
+    """The geometric means of ``keys`` (tvm_pool's speedups over PyTorch and over the best peer)
+    across the rows that have them."""
+    for key in keys:
         values = [r[key] for r in result["rows"] if key in r]
         result[f"geomean_{key}"] = geomean(values)
         result[f"n_{key}"] = len(values)
     return result
 
 
+# --------------------------------------------------------------------------------------------
+# Channel-last workloads: (call, sync, output) per peer, each output checked before timing
+# --------------------------------------------------------------------------------------------
+
+
+def _compiled(mod, build, dev, x):
+    ex = build(mod)
+    call = _vm_runner(ex, dev, x)
+    return call, dev.sync, lambda: call().numpy()
+
+
+def cl_tvm_pool(w: Workload, x, dev, arch):
+    """tvm_pool.compile of the workload's Relax module for the GPU."""
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+
+    return _compiled(relax_module(w), lambda m: tvm_pool.compile(m, target=gpu_target(arch)), dev, x)
+
+
+def cl_channel_first(w: Workload, x, dev, arch):
+    """tvm_pool on the channel-first twin (its input transposed once, its output back for the
+    check, both outside the timed call)."""
+    call, sync, output = cl_tvm_pool(channel_first_twin(w), to_channel_first(x), dev, arch)
+    return call, sync, lambda: to_channel_last(output())
+
+
+def cl_tvm(w: Workload, x, dev, arch):
+    """Stock TVM 0.27: tvm.compile of the same Relax module (its own legalization, dlight); a
+    TFLite workload through its own from_tflite (as the CPU benchmark's)."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    mod = relax_module(w) if w.tflite_padding is None else _stock_tflite(w)
+    return _compiled(mod, lambda m: tvm.compile(m, target=gpu_target(arch)), dev, x)
+
+
+def _stock_tflite(w: Workload):
+    try:
+        importlib.import_module("tflite")
+    except ImportError as err:
+        raise NotAvailable(f"not installed ({short_reason(err)})") from err
+    from tvm.relax.frontend.tflite import from_tflite  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.tflite.models import load_model  # pylint: disable=import-outside-toplevel
+
+    return from_tflite(load_model(channel_last.tflite_model(w)))
+
+
+def cl_torch(w: Workload, x, dev, arch):  # pylint: disable=unused-argument
+    """PyTorch on the GPU, on ``x`` as a channels_last tensor (an NCHW view of NHWC memory)."""
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+    except ImportError as err:
+        raise NotAvailable(f"not installed ({short_reason(err)})") from err
+    if not torch.cuda.is_available():
+        raise NotAvailable("torch has no CUDA device (a CPU-only wheel?)")
+    if x.dtype.kind in "iu":
+        raise NotAvailable(f"{x.dtype} pooling not supported by torch CUDA kernels")
+    rank = x.ndim - 2
+    t = torch.from_numpy(x).cuda().permute(0, rank + 1, *range(1, rank + 1))
+    call = torch_call(channel_first_twin(w), t)
+    return call, torch.cuda.synchronize, lambda: call().permute(0, *range(2, rank + 2), 1).cpu().numpy()
+
+
+CL_STARTERS = {"tvm_pool": cl_tvm_pool, "tvm": cl_tvm, "torch": cl_torch, CHANNEL_FIRST: cl_channel_first}
+
+
+def time_channel_last(w: Workload, dev, arch: str, repeat: int) -> dict:
+    """One channel-last workload's row: the copy limit, every peer whose result matches the
+    NumPy reference (``channel_last.check``), and tvm_pool's channel-first twin; a peer that
+    cannot run it, or differs, gets its reason in ``row["na"]``."""
+    x = make_input(w)
+    expected = reference(w, x)
+    row = {"workload": w.name, "dtype": w.dtype, "layout": w.layout, "ms": {}, "na": {}}
+    row["min_bytes"] = int(x.nbytes + expected.nbytes)
+    row["copy_ms"] = time_ms(copy_runner(dev, x.nbytes, expected.nbytes), dev.sync, repeat)
+    for peer, start in CL_STARTERS.items():
+        errors = runtime_errors("tvm_pool" if peer == CHANNEL_FIRST else peer)
+        try:
+            call, sync, output = start(w, x, dev, arch)
+            channel_last.check(output(), expected, w)
+            row["ms"][peer] = time_ms(call, sync, repeat)
+        except NotAvailable as err:
+            row["na"][peer] = str(err)
+        except errors as err:
+            row["na"][peer] = short_reason(err)
+    return summarize(row)
+
+
 def to_markdown(result: dict) -> str:
     """The heading (the device: name, arch, driver), one row per workload (every peer's median
-    or "n/a (reason)", bandwidth, % of copy, speedups) and the geometric-mean summary."""
+    or "n/a (reason)", bandwidth, % of copy, speedups) and the geometric-mean summary; then the
+    channel-last workloads' table (with tvm_pool's channel-first twin) and summary, if any ran."""
     gpu = result["gpu"]
     device = f"{result['device']} ({gpu['name']}, CUDA driver {gpu['driver']}, TVM built with CUDA {gpu['tvm_cuda']})"
     lines = [
         f"GPU benchmark on {device}: median ms per call (synchronised); GB/s = minimum bytes / tvm_pool's time;"
         " % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time",
         "",
-        "| workload | dtype | " + " | ".join(PEERS) + " | min MB | tvm_pool GB/s | % of copy | vs torch | vs best peer |",
-        "|---|---|" + "---|" * len(PEERS) + "---|---|---|---|---|",
+        *_table(result["rows"], PEERS),
+        "", _summary(result),
     ]
-    for row in result["rows"]:
-        cells = [f"{row['ms'][p]:.4f}" if p in row["ms"] else f"n/a ({row['na'].get(p, '?')[:40]})" for p in PEERS]
+    if "channel_last" in result:
+        cl = result["channel_last"]
+        lines += ["", "Channel-last workloads (NHWC/NDHWC; every result checked against NumPy before timing; "
+                  f"{CHANNEL_FIRST} = tvm_pool on the same pool in NCHW/NCDHW):", "",
+                  *_table(cl["rows"], PEERS + (CHANNEL_FIRST,), ("vs channel-first", "vs_channel_first")),
+                  "", _summary(cl) + f"; tvm_pool channel-last over channel-first: "
+                  f"**{fmt(cl.get('geomean_vs_channel_first'), 'x')}** ({cl.get('n_vs_channel_first', 0)} workloads)"]
+    return "\n".join(lines) + "\n"
+
+
+def _table(rows: list, peers: tuple, extra: tuple | None = None) -> list:
+    """A markdown table of ``rows``: each of ``peers``' median, then the figures of every row;
+    ``extra``: (heading, row key) of one more ratio column."""
+    head = ["workload", "dtype", *peers, "min MB", "tvm_pool GB/s", "% of copy", "vs torch", "vs best peer"]
+    lines = ["| " + " | ".join(head + ([extra[0]] if extra else [])) + " |", "|" + "---|" * (len(head) + bool(extra))]
+    for row in rows:
+        cells = [f"{row['ms'][p]:.4f}" if p in row["ms"] else f"n/a ({row['na'].get(p, '?')[:40]})" for p in peers]
         ours = row["ms"].get("tvm_pool")
         gbps = f"{row['min_bytes'] / (ours * 1e-3) / 1e9:.1f}" if ours else "n/a"
         lines.append(f"| {row['workload']} | {row['dtype']} | " + " | ".join(cells)
                      + f" | {row['min_bytes'] / 1e6:.2f} | {gbps} | {fmt(row.get('pct_copy'), '%', 0)}"
-                     + f" | {fmt(row.get('speedup_vs_torch'), 'x')} | {fmt(row.get('speedup'), 'x')} |")
-    lines += ["", f"geomean speedup of tvm_pool vs PyTorch: **{fmt(result.get('geomean_speedup_vs_torch'), 'x')}** "
-              f"({result.get('n_speedup_vs_torch', 0)} workloads); vs the best peer: "
-              f"**{fmt(result.get('geomean_speedup'), 'x')}** ({result.get('n_speedup', 0)} workloads)"]
-    return "\n".join(lines) + "\n"
+                     + f" | {fmt(row.get('speedup_vs_torch'), 'x')} | {fmt(row.get('speedup'), 'x')} |"
+                     + (f" {fmt(row.get(extra[1]), 'x')} |" if extra else ""))
+    return lines
+
+
+def _summary(result: dict) -> str:
+    return (f"geomean speedup of tvm_pool vs PyTorch: **{fmt(result.get('geomean_speedup_vs_torch'), 'x')}** "
+            f"({result.get('n_speedup_vs_torch', 0)} workloads); vs the best peer: "
+            f"**{fmt(result.get('geomean_speedup'), 'x')}** ({result.get('n_speedup', 0)} workloads)")
 
 
 def main(args) -> int:

@@ -29,6 +29,16 @@ Per pooling unit (see :mod:`.analysis`):
   8 planes per 256-thread block; each lane reduces every 32nd element (coalesced) and TVM's
   cross-thread allreduce (warp shuffles) combines the lanes.
 
+**Channel-last pools** (``[N, *spatial, C]``, blocks annotated ``tvm_pool.layout``) take the
+same path, with the decisions that follow from C being the contiguous axis
+(:mod:`.cuda_channel_last`): threads over C (then pixels), so each warp's loads of a tap and its
+stores are contiguous; chain tiles of rows x cols x channels (C whole up to 64, else chunks of
+it; a symbolic batch is one block row per image) with the same staging in shared memory;
+16-byte pieces of channels per thread (loaded once per tap, stored once per group) where C is
+whole pieces and no tap reads through a bounds check; and global reductions over blocks of
+(one 32-byte sector of channels) x (tap groups), combined by TVM's cross-thread reduction, or a
+thread per output where TVM cannot lower the reducer.
+
 **16-byte loads** (``ld.global.nc.v4``: 4 floats, 8 halves, 16 bytes), wherever a thread's input
 is whole 16-byte pieces at addresses provably multiples of 16: non-overlapping windows that
 tile the rows exactly (2x2 stride 2, 1-D k4 s4; max, average, Indices) give each thread
@@ -74,7 +84,8 @@ Modules: :mod:`.cuda` (the rule and its attempt loop), :mod:`.cuda_config`, :mod
 (binding hooks, one thread per output), :mod:`.cuda_reduction` (window and global reductions),
 :mod:`.cuda_passes` (separable chains, staging, the joining consumer), :mod:`.cuda_consumers`
 (producers, consumers, leftovers), :mod:`.cuda_vector` (16-byte loads), :mod:`.cuda_verify`
-(shared memory and the alignment proof).
+(shared memory and the alignment proof), :mod:`.cuda_channel_last` (what channel-last pools
+decide otherwise).
 """
 
 from __future__ import annotations
@@ -88,7 +99,8 @@ from tvm.target import Target
 
 from ..targets import cuda_target, is_cuda
 from . import analysis
-from .cuda_common import Binder, SerialBinder
+from . import cuda_channel_last as channel_last
+from .cuda_common import Binder, SerialBinder, is_channel_last
 from .cuda_config import CudaConfig
 from .cuda_consumers import inline_producers, keep_in_registers, schedule_leftovers
 from .cuda_passes import joining_consumer, schedule_chain, schedule_joined
@@ -212,8 +224,13 @@ def schedule_function(sch: s_tir.Schedule, config: CudaConfig, binder: Binder | 
         units.append(schedule_joined(sch, anchor, joined_mains, joined_chains, config, binder))
         mains = [m for m in mains if m not in joined_mains]
         chains = [c for c in chains if c not in joined_chains]
-    units += [schedule_main(sch, main, config, binder) for main in mains]
+    units += [_main_rule(sch, main)(sch, main, config, binder) for main in mains]
     units += [schedule_chain(sch, chain, config, binder) for chain in chains]
     for unit in units:
         keep_in_registers(sch, unit, binder)
     schedule_leftovers(sch, config, binder)
+
+
+def _main_rule(sch: s_tir.Schedule, main: analysis.MainBlock):
+    """How a window-reduction block is scheduled: by its layout (:mod:`.cuda_channel_last`)."""
+    return channel_last.schedule_main if is_channel_last(sch.get(main.rv)) else schedule_main

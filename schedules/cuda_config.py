@@ -42,6 +42,16 @@ class CudaConfig:  # pylint: disable=too-many-instance-attributes
     # The largest tile scale tried when a staged tile does not fit shared memory (scales double
     # from ``tile_scale``); at this scale a row tile also drops to warp-wide columns.
     max_tile_scale: int = 8
+    # Channel-last pools (threads over the contiguous channels, see :mod:`.cuda_channel_last`):
+    # channels per CUDA block of a tile (a wider C is split into chunks, preferably dividing it in
+    # whole 16-byte pieces), ...
+    max_tile_channels: int = 64
+    # ... the 16-byte pieces one thread holds at once for a pass whose taps are one expression
+    # (more taps load one element at a time) ...
+    max_thread_pieces: int = 16
+    # ... and a global window reduction's channels per block: one DRAM sector (32 bytes) of
+    # channels per tap row, the block's other threads splitting the taps (a cross-thread sum).
+    sector_bytes: int = 32
 
     # --- the attempt (the rule's fallbacks move these; a tuning knob sets where they start) ---
     # Earlier separable passes staged in shared memory (else inlined into the last pass).

@@ -5,7 +5,11 @@ reductions (TensorRT's blend of a max and an average), tiled like a last pass.""
 from __future__ import annotations
 
 from . import analysis
-from .cuda_common import Binder, Unit, block_threads, consumer_names, localize, name, outputs_per_thread, written
+from . import cuda_channel_last as channel_last
+from .cuda_common import (
+    Binder, Unit, block_threads, consumer_names, is_channel_last, largest_divisor_at_most, localize, name,
+    outputs_per_thread, written,
+)
 from .cuda_config import CudaConfig
 from .cuda_consumers import attach_consumers
 from .cuda_reduction import is_global, unroll_taps
@@ -14,13 +18,6 @@ from .cuda_vector import contiguous_windows, load_pieces, stage_input, vector_la
 # --------------------------------------------------------------------------------------------
 # Tiles
 # --------------------------------------------------------------------------------------------
-
-
-def _largest_divisor_at_most(n: int, cap: int) -> int:
-    for d in range(max(1, min(n, cap)), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
 
 
 def chain_tile(extents: list, config: CudaConfig) -> tuple[int, int, int]:
@@ -40,7 +37,7 @@ def chain_tile(extents: list, config: CudaConfig) -> tuple[int, int, int]:
     pb = 1
     outer = extents[:-2] if len(extents) >= 2 else []
     if th == oh and tw == ow and outer:
-        pb = _largest_divisor_at_most(outer[-1], max(1, threads // (th * tw)) // tile_scale or 1)
+        pb = largest_divisor_at_most(outer[-1], max(1, threads // (th * tw)) // tile_scale or 1)
     return pb, th, tw
 
 
@@ -81,17 +78,25 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
     if per > 1:
         group, _ = sch.split(loops[-1], [None, per])
         loops[-1] = group
+        if is_channel_last(sch.get(block)):  # the group's channels stored in 16-byte pieces
+            channel_last.store_pieces(sch, group, config)
     extents = [analysis.loop_extent(sch, l) for l in loops]
-    if any(e is None for e in extents):
+    if is_channel_last(sch.get(block)):  # (a symbolic batch: one block row per image)
+        sizes = channel_last.tile_sizes(extents, config, per)
+        block_loops, thread_loops = channel_last.tile_loops(sch, block, loops, extents, sizes)
+        tile = analysis.product([s if e is None else min(s, e) for s, e in zip(sizes, extents)])
+    elif any(e is None for e in extents):
         raise ValueError("tiles need static shapes")
-    pb, th, tw = chain_tile(extents, config)
-    block_loops, thread_loops = _tile_loops(sch, loops, extents, (pb, th, tw))
+    else:
+        pb, th, tw = chain_tile(extents, config)
+        block_loops, thread_loops = _tile_loops(sch, loops, extents, (pb, th, tw))
+        tile = pb * th * tw
     sch.reorder(*block_loops, *thread_loops)
     if not block_loops:
         block_loops = [sch.add_unit_loop(thread_loops[0])]
     bx = sch.fuse(*block_loops) if len(block_loops) > 1 else block_loops[0]
     inner = sch.fuse(*thread_loops) if len(thread_loops) > 1 else thread_loops[0]
-    threads = block_threads(config, pb * th * tw, outputs_per_thread(config, analysis.product(extents)))
+    threads = block_threads(config, tile, outputs_per_thread(config, analysis.product(extents)))
     _, tx = sch.split(inner, [None, threads])
     binder.bind(bx, "blockIdx.x")
     binder.bind(tx, "threadIdx.x")
@@ -111,7 +116,7 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
     final = chain.passes[-1]
     earlier = earlier_passes(sch, chain, config.staged)
     attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
-    per = contiguous_windows(sch, final, config) if config.vector and not earlier else None
+    per = _vector_outputs(sch, final, config) if config.vector and not earlier else None
     bx, tx, threads = tile_block(sch, final, config, binder, per or 1)
     stage(sch, earlier, bx, threads, binder)
     if per:
@@ -119,6 +124,14 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
     if config.vector and earlier:
         stage_input(sch, earlier[0], bx, threads, binder, config)
     return Unit(final, tx, frozenset(attached))
+
+
+def _vector_outputs(sch, final, config: CudaConfig) -> int | None:
+    """Outputs per thread of a single pass loading 16-byte pieces: consecutive windows along a
+    row (channel-first), or consecutive channels (channel-last), or None."""
+    if is_channel_last(sch.get(final)):
+        return channel_last.channel_pieces(sch, final, config, config.max_thread_pieces)
+    return contiguous_windows(sch, final, config)
 
 
 def earlier_passes(sch, chain, staged: bool) -> list:

@@ -9,7 +9,7 @@ import logging
 from tvm import s_tir
 
 from . import analysis
-from .cuda_common import Binder, Unit, bind_spatial, name, written
+from .cuda_common import Binder, Unit, bind_spatial, name, pooled_axes, written
 from .cuda_config import CudaConfig
 from .cuda_consumers import attach_consumers
 from .cuda_vector import contiguous_windows, load_pieces, split_row_pieces, vector_lanes
@@ -23,9 +23,11 @@ class NoWarpReduction(ValueError):
 
 
 def is_global(main: analysis.MainBlock, sch, config: CudaConfig) -> bool:
-    """One output per plane over a long window: a warp reduction per plane."""
+    """One output per plane over a long window: a cross-thread reduction per plane (a warp
+    per plane channel-first, tap groups per channel channel-last: :mod:`.cuda_channel_last`)."""
     rank = len(main.reduce_extents)
-    out = main.spatial_extents[main.n_spatial - rank :] if rank else []
+    axes = pooled_axes(sch.get(main.rv), main.n_spatial, rank) if rank else []
+    out = [main.spatial_extents[i] for i in axes]
     taps = analysis.product(main.reduce_extents)
     return (
         rank > 0
@@ -66,7 +68,7 @@ def schedule_main(sch, main: analysis.MainBlock, config: CudaConfig, binder: Bin
         spatial[-1], output_loop = sch.split(spatial[-1], [None, per])
     attached = set()
     if static:
-        attached |= _accumulate_in_registers(sch, main.rv, output_loop)
+        attached |= accumulate_in_registers(sch, main.rv, output_loop)
         attached |= attach_consumers(sch, main.rv, output_loop)
     piece = None
     if not per and static and is_global(main, sch, config):  # a thread per plane (the NaN max)
@@ -81,7 +83,7 @@ def schedule_main(sch, main: analysis.MainBlock, config: CudaConfig, binder: Bin
     return Unit(main.rv, tx, frozenset(attached))
 
 
-def _accumulate_in_registers(sch, block, output_loop) -> set:
+def accumulate_in_registers(sch, block, output_loop) -> set:
     """A reduction writing the function's output accumulates in a register, then stores once
     (an intermediate is kept in a register by attach_consumers when its readers join it)."""
     params = analysis.function_params(sch)

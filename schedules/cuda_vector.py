@@ -24,7 +24,7 @@ class MisalignedVector(ValueError):
     """A vector access of the schedule is not provably aligned to its width."""
 
 
-def _param_read(sch, block):
+def param_read(sch, block):
     """(read index, region) of the one function parameter ``block`` reads, or None."""
     params = analysis.function_params(sch)
     found = [(i, r) for i, r in enumerate(sch.get(block).reads)
@@ -35,7 +35,7 @@ def _param_read(sch, block):
 def vector_lanes(sch, block, config: CudaConfig) -> int:
     """Elements per vector load (``config.vector_bytes``) of the parameter ``block`` reads; 0
     when there is none, or it is not known to start aligned to a vector."""
-    read = _param_read(sch, block)
+    read = param_read(sch, block)
     if read is None:
         return 0
     ty = buf_type(analysis.region_buffer(read[1]))
@@ -67,7 +67,7 @@ def contiguous_windows(sch, block, config: CudaConfig) -> int | None:
     ``lanes / s`` outputs (or one, when ``s`` is a multiple of ``lanes``) must divide the
     output row."""
     lanes = vector_lanes(sch, block, config)
-    read = _param_read(sch, block)
+    read = param_read(sch, block)
     info = sch.get(block)
     if not lanes or read is None or has_bounds_check(info):
         return None
@@ -95,7 +95,7 @@ def _cache_pieces(sch, block, loop, lanes: int, scope: str):
     """Copy what ``block`` reads of its parameter under ``loop`` into a ``scope`` buffer (the
     reads then come from it), the copy's innermost axis split into ``lanes``-element pieces,
     vectorized. Returns the copy block."""
-    index, _ = _param_read(sch, block)
+    index, _ = param_read(sch, block)
     cache = sch.cache_read(block, index, scope)
     sch.compute_at(cache, loop, preserve_unit_loops=True)
     inner = sch.get_loops(cache)[-1]

@@ -57,6 +57,16 @@ def shared_bytes(func: tirx.PrimFunc) -> int:
     return total
 
 
+def flattened(func: tirx.PrimFunc) -> tvm.IRModule:
+    """The scheduled ``func`` as TVM lowers it up to flat buffers and vectorized loops (thread
+    bindings as ``thread_extent`` attributes): what :func:`vector_accesses` and the tests'
+    coalescing check read."""
+    # (simplified before flattening, as TVM's own pipeline does: FlattenBuffer divides by zero
+    # on some compacted int64 indices left unsimplified, e.g. a channel-last thread per plane)
+    return _compacted(func, tirx.transform.StmtSimplify(), s_tir.transform.LowerOpaqueBlock(),
+                      tirx.transform.FlattenBuffer(), tirx.transform.StmtSimplify(), tirx.transform.VectorizeLoop(True))
+
+
 def vector_accesses(func: tirx.PrimFunc) -> list[tuple[str, int, bool]]:
     """Every vector load and store of the scheduled ``func`` once TVM has flattened its buffers
     and vectorized its loops: (buffer, lanes, whether the access is provably aligned to its
@@ -64,8 +74,7 @@ def vector_accesses(func: tirx.PrimFunc) -> list[tuple[str, int, bool]]:
     (TVM's modular-set analysis, over every value the thread and loop variables can take), in a
     buffer that starts aligned to the access (a parameter at offset 0 of a ``data_alignment``
     allocation, or a local/shared array, which TVM declares ``alignas(64)``)."""
-    mod = _compacted(func, s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
-                     tirx.transform.StmtSimplify(), tirx.transform.VectorizeLoop(True))
+    mod = flattened(func)
     ana = sym.Analyzer()
     found = []
 
