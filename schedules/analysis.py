@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import runtime, s_tir, tirx
+from tvm.sym.pattern import detect_linear_equation
 
 # The annotations the computes write (one definition, in tvm_pool/compute/common.py).
-from ..compute.common import KIND_ATTR, PASS_AXIS_ATTR, SCHEDULE_RULE_ATTR, SPATIAL_RANK_ATTR
+from ..compute.common import KIND_ATTR, LAYOUT_ATTR, PASS_AXIS_ATTR, SCHEDULE_RULE_ATTR, SPATIAL_RANK_ATTR
 TOPI_POOL_RULES = (
     "meta_schedule.pool_max",
     "meta_schedule.pool_avg",
@@ -52,6 +53,49 @@ def pool_kind(block) -> str:
 
 def is_reduction(block) -> bool:
     return any(int(iv.iter_type) == _REDUCE for iv in block.iter_vars)
+
+
+# --------------------------------------------------------------------------------------------
+# Which loops are spatial: the layout of a pooling block
+# --------------------------------------------------------------------------------------------
+#
+# A channel-first block (no layout annotation) has its data-parallel iterators as
+# ``[lead..., spatial...]`` (N and C lead). A channel-last block (``tvm_pool.layout =
+# "channel_last"``, compute/layout.py) has ``[lead..., spatial..., C]``: N leads, and C, the
+# contiguous axis, is the innermost data-parallel iterator. Its buffers have their axes in the
+# same order. A window reduction's reduction iterators follow, one per spatial axis either way.
+
+CHANNEL_LAST = "channel_last"
+
+
+def is_channel_last(block) -> bool:
+    """Whether ``block`` is a stage of a channel-last pool (its annotation; compute/layout.py)."""
+    return str(block_annotations(block).get(LAYOUT_ATTR, "")) == CHANNEL_LAST
+
+
+@dataclass(frozen=True)
+class AxisRoles:
+    """Positions of a block's data-parallel iterators (and of its buffers' axes) by role."""
+
+    lead: tuple  # before the spatial axes: N (and C, channel-first)
+    spatial: tuple  # the spatial axes, outermost first
+    channel: int | None  # channel-last: C, innermost; channel-first: None (C is a lead axis)
+
+
+def axis_roles(block, rank: int) -> AxisRoles:
+    """The roles of ``block``'s data-parallel iterators for a pool of spatial ``rank``."""
+    n = sum(1 for iv in block.iter_vars if int(iv.iter_type) == _DATA_PAR)
+    if is_channel_last(block):
+        first = n - rank - 1
+        if first < 0:
+            raise ValueError(f"channel-last block {block.name_hint}: {n} iterators for {rank} spatial axes and C")
+        return AxisRoles(tuple(range(first)), tuple(range(first, n - 1)), n - 1)
+    return AxisRoles(tuple(range(n - rank)), tuple(range(n - rank, n)), None)
+
+
+def spatial_dim(block, rank: int, axis: int) -> int:
+    """The iterator (and buffer axis) of spatial ``axis`` in ``block``."""
+    return axis_roles(block, rank).spatial[axis]
 
 
 @dataclass
@@ -91,6 +135,11 @@ def region_bytes(region):
 def _extent(dom):
     ext = dom.extent
     return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def loop_extent_of(iter_var) -> int | None:
+    """A block iterator's static extent (None when it is symbolic)."""
+    return _extent(iter_var.dom)
 
 
 def main_blocks(sch: s_tir.Schedule) -> list[MainBlock]:
@@ -284,6 +333,19 @@ def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:
     loops = sch.get_loops(main.rv)
     block = sch.get(main.rv)
     return len(loops) == len(block.iter_vars)
+
+
+def pad_data_range(pad_block, dim: int = -1):
+    """(begin, n): axis ``dim`` of the padded copy ``pad_block`` holds the data at [begin,
+    begin + n); None when that is not a static shift of the data."""
+    src = pad_block.reads[0]
+    n = region_buffer(src).shape[dim]
+    coeffs = detect_linear_equation(src.region[dim].min, [pad_block.iter_vars[dim].var])
+    if len(coeffs) != 2 or not all(isinstance(c, tirx.IntImm) for c in coeffs) or int(coeffs[0]) != 1:
+        return None
+    if not isinstance(n, tirx.IntImm):
+        return None
+    return -int(coeffs[1]), int(n)
 
 
 def loop_extent(sch: s_tir.Schedule, loop) -> int | None:

@@ -42,6 +42,14 @@ reach it:
   6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds
      on the int64 loops Relax produces (a build error for windows that touch padding).
 
+Channel-last pools (``[N, *spatial, C]``, blocks annotated ``tvm_pool.layout``; which loops are
+spatial: ``analysis.axis_roles``) take the same two paths, with the steps that depend on where
+the channels are in :mod:`.cpu_channels`: the batch and the outer output rows in parallel (tiles
+of C when they are few), every pass, reduction and consumer vectorised over C (a tile of a few
+registers), the padding inlined into the first pass with its columns cut at the padding's edges,
+window taps unrolled into accumulators that stay in registers. The passes keep the geometry of
+the channel-first schedule above (each at the loop of the axis it reduces).
+
 The choices come from the x86 benchmark in ``bench/`` (see the README's table) and the aarch64
 instruction counts in ``bench/arm_instructions.py``; :class:`.cpu_config.CpuConfig` says what
 was measured. Every step is tried at the full level first; a PrimFunc a step cannot handle (TVM

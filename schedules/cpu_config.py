@@ -113,6 +113,43 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # 112 is 7; longer rows keep the per-plane copy.
     max_padded_row_pieces: int = 16
 
+    # --- channel-last pools (loops [N, *spatial, C], schedules/cpu_channels.py) ---
+    # Measured on x86 at 1 thread (znver3, medians of interleaved runs on a shared machine) and
+    # on emulated aarch64 (bench/arm_instructions.py).
+    # The vector over C, in chunks of this many registers (a longer C is a loop of chunks).
+    # x86 (AVX2), 3x3 s2 p1 max over 1x112x112x64: 0.105 ms with 2 registers, 0.106 with 1,
+    # 0.113 with 4, 0.5 with 8 (spilled); 3-D 1x3x3 over 1x16x56x56x64: 1.32 ms with 2, 1.43
+    # with 4, 1.52 with 1. NEON takes 4 (schedules/arm.py).
+    channel_vector_registers: int = 2
+    # A window reduction's accumulators over C: a tile of this many registers, kept in registers
+    # while every tap of the window is added in (2x2 s2 average over 1x56x56x128: 0.037 ms with
+    # 4, 0.037 with 2, 0.038 with 8, 0.039 with 16; max with indices 3x3 s2 over 1x112x112x64:
+    # 1.30 ms with 4, 1.35 with 2, 1.76 with 8).
+    channel_tile_registers: int = 4
+    # ... and for windows of more taps than max_unrolled_row_taps: wider tiles, fewer passes over
+    # the window's rows (7x7 adaptive average over 8x7x7x2048: 0.112 ms with 4 registers, 0.077
+    # with 8, 0.074 with 16).
+    long_window_tile_registers: int = 16
+    # C is split into tiles for the parallel loop when batch x output rows give too few tasks
+    # (4 per thread), each tile at least this many registers (8x8 average over 1x8x8x2048: 0.0066
+    # ms with 1, 0.0062 with 4, 0.0063 with 16: within the noise).
+    min_channel_tile_registers: int = 1
+    # A 1-D chain of several passes (doubling levels) runs on tiles of about this many outputs
+    # of its axis, in parallel: each tile's levels stay in cache (1-D max k32 s1 p16 over
+    # 1x4096x64: 0.150 ms in tiles of 256, 0.166 of 512, 0.167 of 128 or 64, 0.237 in tiles of
+    # C over the whole row; channel-first 0.155).
+    channel_last_row_tile: int = 256
+    # Is the padding of a channel-last chain copied per parallel chunk of rows (else inlined
+    # into the first pass: the same bounds check for every lane of the vector over C, the
+    # columns cut at the padding's edges)? 3x3 s2 p1 max over 1x112x112x64: 0.113 ms inlined,
+    # 0.218 copied (each output row copies the 3 input rows it reads).
+    channel_last_pad_copy: bool = False
+    # Is a stride-1 column pass (3x3 s1) computed column by column inside each chunk of C,
+    # unrolled, so that LLVM loads each column once for the outputs that share it? NEON: 3x3 s1
+    # p1 max over 1x28x28x192, 0.49 -> 0.42 M instructions. x86 (3x3 s1 p1 average over
+    # 1x28x28x192): 0.063 vs 0.063 ms, no gain, the loops stay as they were measured.
+    channel_tap_reuse: bool = False
+
     def vector_bits_for(self, dtype: str) -> int:
         """The register width for ``dtype``'s arithmetic (half of it for a widened dtype)."""
         return self.vector_bits // 2 if dtype in self.widened_dtypes else self.vector_bits

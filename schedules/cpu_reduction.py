@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.sym.pattern import detect_linear_equation
 
-from . import analysis
+from . import analysis, cpu_channels
 from .cpu_config import FULL, NO_VECTOR, CpuConfig, choose_lanes, dtype_bits, inner_read_stride, register_tile
 
 
@@ -50,6 +50,9 @@ def schedule_block(sch: s_tir.Schedule, block, config: CpuConfig, level: int = F
             sch.parallel(loops[0])
         return
     rank = len(reduce_loops)
+    if analysis.is_channel_last(info) and rank:
+        cpu_channels.schedule_reduction(sch, block, rank, config, level)
+        return
     n_lead = max(n_spatial - rank, 0)
     lead, out = spatial[:n_lead], spatial[n_lead:]
     consumers = analysis.attachable_consumers(sch, block)
