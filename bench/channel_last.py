@@ -264,14 +264,9 @@ def _padv2(m, source: int, w: Workload, pads):
 
 def peer_onnxruntime(w, x, threads):
     """onnxruntime's NHWC contrib ops, ``threads`` intra-op threads."""
-    import onnxruntime as ort  # pylint: disable=import-outside-toplevel
-
     model = ort_model(w)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = peers.ort_session(model, threads)
     except runtime_errors("onnxruntime") as err:
         if w.op == "MaxPool" and not np.issubdtype(np.dtype(w.dtype), np.integer):
             raise NotAvailable(f"no float NHWC max pool (com.microsoft.NhwcMaxPool takes int8/uint8; "

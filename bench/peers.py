@@ -160,15 +160,20 @@ def peer_tvm(model, x, threads, w=None):  # pylint: disable=unused-argument
         raise NotAvailable(short_reason(err)) from err
 
 
-def peer_onnxruntime(model, x, threads, w=None):  # pylint: disable=unused-argument
-    """onnxruntime's CPU provider, ``threads`` intra-op threads (the default build users get)."""
+def ort_session(model, threads: int):
+    """An onnxruntime CPU session of ``model`` with ``threads`` intra-op threads (one inter-op)."""
     import onnxruntime as ort  # pylint: disable=import-outside-toplevel
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def peer_onnxruntime(model, x, threads, w=None):  # pylint: disable=unused-argument
+    """onnxruntime's CPU provider, ``threads`` intra-op threads (the default build users get)."""
     try:
-        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(model, threads)
     except runtime_errors("onnxruntime") as err:
         raise NotAvailable(short_reason(err)) from err
     feed = {"x": x}

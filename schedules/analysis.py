@@ -22,6 +22,7 @@ from tvm.sym.pattern import detect_linear_equation
 
 # The annotations the computes write (one definition, in tvm_pool/compute/common.py).
 from ..compute.common import KIND_ATTR, LAYOUT_ATTR, PASS_AXIS_ATTR, SCHEDULE_RULE_ATTR, SPATIAL_RANK_ATTR
+from ..compute.layout import CHANNEL_LAST
 TOPI_POOL_RULES = (
     "meta_schedule.pool_max",
     "meta_schedule.pool_avg",
@@ -64,8 +65,6 @@ def is_reduction(block) -> bool:
 # "channel_last"``, compute/layout.py) has ``[lead..., spatial..., C]``: N leads, and C, the
 # contiguous axis, is the innermost data-parallel iterator. Its buffers have their axes in the
 # same order. A window reduction's reduction iterators follow, one per spatial axis either way.
-
-CHANNEL_LAST = "channel_last"
 
 
 def is_channel_last(block) -> bool:

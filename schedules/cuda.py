@@ -100,7 +100,8 @@ from tvm.target import Target
 from ..targets import cuda_target, is_cuda
 from . import analysis
 from . import cuda_channel_last as channel_last
-from .cuda_common import Binder, SerialBinder, is_channel_last
+from .analysis import is_channel_last
+from .cuda_common import Binder, SerialBinder
 from .cuda_config import CudaConfig
 from .cuda_consumers import inline_producers, keep_in_registers, schedule_leftovers
 from .cuda_passes import joining_consumer, schedule_chain, schedule_joined

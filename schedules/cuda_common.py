@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..compute.common import LAYOUT_ATTR
-from ..compute.layout import CHANNEL_LAST
 from . import analysis
 from .cuda_config import CudaConfig
 
@@ -82,16 +80,10 @@ def consumer_names(sch, rv) -> set:
     return {name(sch, c) for c in sch.get_consumers(rv)}
 
 
-def is_channel_last(block) -> bool:
-    """Whether ``block`` is a stage of a channel-last pool (``[N, *spatial, C]``: the computes
-    annotate it, :mod:`tvm_pool.compute.layout`)."""
-    return str(analysis.block_annotations(block).get(LAYOUT_ATTR, "")) == CHANNEL_LAST
-
-
 def pooled_axes(block, n_spatial: int, rank: int) -> list[int]:
     """Positions, among ``block``'s ``n_spatial`` data-parallel iterators, of the ``rank``
     pooled spatial axes: the last ones channel-first, the ones before C channel-last."""
-    end = n_spatial - 1 if is_channel_last(block) else n_spatial
+    end = n_spatial - 1 if analysis.is_channel_last(block) else n_spatial
     return list(range(end - rank, end))
 
 

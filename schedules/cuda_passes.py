@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import analysis
 from . import cuda_channel_last as channel_last
 from .cuda_common import (
-    Binder, Unit, block_threads, consumer_names, is_channel_last, largest_divisor_at_most, localize, name,
+    Binder, Unit, block_threads, consumer_names, largest_divisor_at_most, localize, name,
     outputs_per_thread, written,
 )
 from .cuda_config import CudaConfig
@@ -78,10 +78,10 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
     if per > 1:
         group, _ = sch.split(loops[-1], [None, per])
         loops[-1] = group
-        if is_channel_last(sch.get(block)):  # the group's channels stored in 16-byte pieces
+        if analysis.is_channel_last(sch.get(block)):  # the group's channels stored in 16-byte pieces
             channel_last.store_pieces(sch, group, config)
     extents = [analysis.loop_extent(sch, l) for l in loops]
-    if is_channel_last(sch.get(block)):  # (a symbolic batch: one block row per image)
+    if analysis.is_channel_last(sch.get(block)):  # (a symbolic batch: one block row per image)
         sizes = channel_last.tile_sizes(extents, config, per)
         block_loops, thread_loops = channel_last.tile_loops(sch, block, loops, extents, sizes)
         tile = analysis.product([s if e is None else min(s, e) for s, e in zip(sizes, extents)])
@@ -129,7 +129,7 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
 def _vector_outputs(sch, final, config: CudaConfig) -> int | None:
     """Outputs per thread of a single pass loading 16-byte pieces: consecutive windows along a
     row (channel-first), or consecutive channels (channel-last), or None."""
-    if is_channel_last(sch.get(final)):
+    if analysis.is_channel_last(sch.get(final)):
         return channel_last.channel_pieces(sch, final, config, config.max_thread_pieces)
     return contiguous_windows(sch, final, config)
 

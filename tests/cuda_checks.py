@@ -437,3 +437,19 @@ class CheckedPool(cuda.Pool):
             problems = out_of_bounds_writes(sch.mod["main"])
             assert not problems, "\n".join(problems)
         return sch
+
+
+def batch_module(cases):
+    """One Relax function pooling every ``(shape, dtype, emit)`` case (one input each, a tuple
+    of every output): one build, one CUDA source, one nvcc run."""
+    bb = relax.BlockBuilder()
+    params, outs = [], []
+    with bb.function("main"):
+        with bb.dataflow():
+            for i, (shape, dtype, emit) in enumerate(cases):
+                x = relax.Var(f"x{i}", relax.TensorType(shape, dtype))
+                params.append(x)
+                outs.append(emit(bb, x))
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out, params=params)
+    return bb.get()

@@ -105,21 +105,6 @@ def module(shape, dtype, emit, epilogue=None, prologue=None, branch=False):
     return bb.get()
 
 
-def batch_module(cases):
-    """One Relax function pooling every ``(shape, dtype, emit)`` case: one build, one source."""
-    bb = relax.BlockBuilder()
-    params, outs = [], []
-    with bb.function("main"):
-        with bb.dataflow():
-            for i, (shape, dtype, emit) in enumerate(cases):
-                x = relax.Var(f"x{i}", relax.TensorType(shape, dtype))
-                params.append(x)
-                outs.append(emit(bb, x))
-            out = bb.emit_output(relax.Tuple(outs))
-        bb.emit_func_output(out, params=params)
-    return bb.get()
-
-
 def inputs_for(mod, seed=0, nan=True):
     return [cc.data([int(d) for d in p.ty.shape.values], str(p.ty.dtype), seed=seed + i, nan=nan)
             for i, p in enumerate(mod["main"].params)]
@@ -433,7 +418,7 @@ def test_dtypes_simulated_and_built(dtype):
     """Every dtype through the forms: simulated equal to the unscheduled compute (the tap-group
     average to rounding), built for sm_80 (VerifyGPUCode; ptxas: no spills)."""
     cases = dtype_cases(dtype)
-    mod = batch_module(cases)
+    mod = cc.batch_module(cases)
     xs = inputs_for(mod)
     want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
     got = cc.run_cpu(cc.simulate(mod), *xs)
@@ -599,7 +584,7 @@ def test_workloads_build_verify_coalesce():
     the minimum DRAM bytes (one kernel); every warp's global access touches the fewest 32-byte
     sectors (threads over C); 16-byte loads (ld.global.nc.v4 in the PTX) exactly where expected,
     every vector access provably aligned; ptxas: no spills, no stack."""
-    build = cc.cuda_build(batch_module([(w[1], w[2], _workload_emit(w)) for w in WORKLOADS]), "sm_80")
+    build = cc.cuda_build(cc.batch_module([(w[1], w[2], _workload_emit(w)) for w in WORKLOADS]), "sm_80")
     verdict = cc.verify_gpu(build)
     assert len(verdict) >= len(WORKLOADS) and all(verdict.values()), verdict
     funcs = _by_workload(build)
@@ -661,7 +646,7 @@ def test_every_case_builds_for_arch(arch):
     """Every case builds for the arch: no block writes outside its buffer, every kernel passes
     VerifyGPUCode, every vector access is provably aligned, the schedule stays within shared
     memory, and, with nvcc, ptxas shows no spills and no stack frame."""
-    build = cc.cuda_build(batch_module([c[1:4] for c in CASES]), arch)
+    build = cc.cuda_build(cc.batch_module([c[1:4] for c in CASES]), arch)
     for name, func in build.scheduled.items():
         assert not cc.out_of_bounds_writes(func), name
         assert all(aligned for _, _, aligned in cuda.vector_accesses(func)), name
@@ -689,7 +674,7 @@ def test_knob_schedules_are_valid_and_exact(knob):
     threads per block and shared memory, every vector access aligned."""
     _, overrides = knob
     cases = [c for c in CASES if c[0] in KNOB_CASES]
-    mod = batch_module([c[1:4] for c in cases])
+    mod = cc.batch_module([c[1:4] for c in cases])
     xs = inputs_for(mod)
     want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
     got = cc.run_cpu(cc.simulate(mod, overrides=overrides), *xs)

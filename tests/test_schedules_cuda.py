@@ -598,7 +598,7 @@ def test_knob_schedules_are_valid_and_exact(knob):
     at most the knob's threads per block, shared memory within the limit, every vector access
     provably aligned, no write outside a buffer and, with nvcc, ptxas assembles every kernel."""
     _, overrides = knob
-    mod = batch_module([c[1:4] for c in KNOB_CASES])
+    mod = cc.batch_module([c[1:4] for c in KNOB_CASES])
     xs = inputs_for(mod, nan=True)
     want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
     exact = [c[4] for c in KNOB_CASES for _ in range(2 if c[0] == "indices" else 1)]
@@ -722,22 +722,6 @@ def test_ptxas_workloads():
     assert not bad, bad
 
 
-def batch_module(cases):
-    """One Relax function pooling every case (one input each, a tuple of every output): one
-    build, one CUDA source, one nvcc run."""
-    bb = relax.BlockBuilder()
-    params, outs = [], []
-    with bb.function("main"):
-        with bb.dataflow():
-            for i, (shape, dtype, emit) in enumerate(cases):
-                x = relax.Var(f"x{i}", relax.TensorType(shape, dtype))
-                params.append(x)
-                outs.append(emit(bb, x))
-            out = bb.emit_output(relax.Tuple(outs))
-        bb.emit_func_output(out, params=params)
-    return bb.get()
-
-
 def every_case():
     cases = [(shape, dtype, emit) for _, shape, dtype, emit, _ in CASES]
     for dtype in DTYPES:
@@ -751,7 +735,7 @@ def test_every_case_builds_for_arch(arch):
     """Every case above (ops, dtypes, edge geometries) builds for the arch, no scheduled block
     writes outside its buffer, every kernel passes VerifyGPUCode and, with nvcc, ptxas shows no spills and no stack frame. (sm_80 by default;
     sm_75 and sm_90 with -m slow: the same TIR, only the code generation differs.)"""
-    build = cc.cuda_build(batch_module(every_case()), arch)
+    build = cc.cuda_build(cc.batch_module(every_case()), arch)
     for name, func in build.scheduled.items():
         assert not cc.out_of_bounds_writes(func), name
     verdict = cc.verify_gpu(build)
@@ -824,7 +808,7 @@ def _accesses(build):
 def test_vector_loads_in_ptx():
     """Each form's kernel loads 16 bytes at once (ld.global.nc.v4 in the PTX); every vector
     access of the scheduled TIR is provably aligned; ptxas: no spills, no stack."""
-    build = cc.cuda_build(batch_module([c[1:] for c in VECTOR_LOADS]), "sm_80")
+    build = cc.cuda_build(cc.batch_module([c[1:] for c in VECTOR_LOADS]), "sm_80")
     accesses = _accesses(build)
     assert len(accesses) == len(VECTOR_LOADS)
     for name, found in accesses.items():
@@ -838,7 +822,7 @@ def test_vector_loads_in_ptx():
 
 @needs_nvcc
 def test_scalar_loads_where_alignment_is_not_provable():
-    build = cc.cuda_build(batch_module([c[1:] for c in SCALAR_LOADS]), "sm_80")
+    build = cc.cuda_build(cc.batch_module([c[1:] for c in SCALAR_LOADS]), "sm_80")
     assert all(found == [] for found in _accesses(build).values()), _accesses(build)
     kernels = cc.ptx_kernels(build.source)
     assert kernels and not [n for n, text in kernels.items() if cc.PTX_GLOBAL_VECTOR.search(text)]

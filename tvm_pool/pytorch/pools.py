@@ -35,6 +35,7 @@ import tvm
 from tvm import relax
 
 from .. import compute, spec
+from ..legalize_layouts import LAYOUTS
 from .arguments import NodeArguments, op_name
 from .unpool import max_unpool
 
@@ -72,6 +73,10 @@ def _spatial(data: relax.Expr, rank: int) -> list:
     return list(data.ty.shape.values[data.ty.ndim - rank :]) if data.ty.shape is not None else [None] * rank
 
 
+# The layout of every pool PyTorch records (its memory format never reaches the graph).
+CHANNEL_FIRST = {rank: layouts[0] for rank, layouts in LAYOUTS.items()}
+
+
 def _relax_pool(importer, call: relax.Call, data: relax.Expr, rank: int, out_spatial):
     """``call`` (a ``relax.op.nn`` pool) emitted when the input is batched and its inferred
     spatial output is ``out_spatial``; else None (the caller emits the compute)."""
@@ -88,9 +93,6 @@ def _relax_pool(importer, call: relax.Call, data: relax.Expr, rank: int, out_spa
     ):
         return None
     return importer.block_builder.emit(normalized)
-
-
-_LAYOUT = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
 def _out_spatial(data, rank, kernel, stride, padding, dilation, ceil_mode):
@@ -138,7 +140,7 @@ def max_pool(importer, node):
     result = None
     if not with_indices:
         op = getattr(relax.op.nn, f"max_pool{rank}d")
-        call = op(data, kernel, stride, padding + padding, dilation, ceil_mode, layout=_LAYOUT[rank])
+        call = op(data, kernel, stride, padding + padding, dilation, ceil_mode, layout=CHANNEL_FIRST[rank])
         result = _relax_pool(importer, call, data, rank, _out_spatial(data, rank, kernel, stride, padding, dilation, ceil_mode))
     result = result if result is not None else importer.block_builder.emit_te(
         compute.max_pool, data, kernel, stride, dilation, padding + padding, "NOTSET", ceil_mode,
@@ -171,7 +173,7 @@ def avg_pool(importer, node):
     _check_windows(args, data, rank, kernel, stride, padding, [1] * rank, ceil_mode)
     if divisor is None:
         op = getattr(relax.op.nn, f"avg_pool{rank}d")
-        call = op(data, kernel, stride, padding + padding, [1] * rank, ceil_mode, count_include_pad, layout=_LAYOUT[rank])
+        call = op(data, kernel, stride, padding + padding, [1] * rank, ceil_mode, count_include_pad, layout=CHANNEL_FIRST[rank])
         out = _out_spatial(data, rank, kernel, stride, padding, [1] * rank, ceil_mode)
         result = _relax_pool(importer, call, data, rank, out)
         if result is not None:
@@ -194,7 +196,7 @@ def adaptive_avg_pool(importer, node):
     args = NodeArguments(node, importer.env)
     data, size = _adaptive_input(args, node)
     rank = len(size)
-    call = getattr(relax.op.nn, f"adaptive_avg_pool{rank}d")(data, size, layout=_LAYOUT[rank])
+    call = getattr(relax.op.nn, f"adaptive_avg_pool{rank}d")(data, size, layout=CHANNEL_FIRST[rank])
     result = _relax_pool(importer, call, data, rank, size)
     if result is not None:
         return result
