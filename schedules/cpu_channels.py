@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.sym.pattern import detect_linear_equation
 
 from . import analysis
@@ -217,6 +217,31 @@ def _cut_columns(sch, first, interior) -> list:
     return [b for part in parts for b in sch.get_child_blocks(part)]
 
 
+def inline_consumers(sch, last, consumers, config: CpuConfig) -> list:
+    """The consumers of a channel-last chain's last pass (the average's division, a ReLU, ...)
+    computed inside it, in order: the output is written once, from the vector the last pass
+    has just summed, with no row of sums stored and loaded again. A consumer TVM refuses to
+    inline (its input has another reader) stays, and so do those after it. Returns the
+    consumers left, which the caller places per row. x86, 3x3 s1 p1 average over 1x28x28x192,
+    2 threads: 0.032 -> 0.025 ms."""
+    if not config.channel_inline_consumers:
+        return consumers
+    left = list(consumers)
+    while left and _reads(sch, left[0], last):
+        try:
+            sch.reverse_compute_inline(left[0])
+        except s_tir.ScheduleError:
+            break
+        left.pop(0)
+    return left
+
+
+def _reads(sch, consumer, producer) -> bool:
+    """Does ``consumer`` read what ``producer`` writes (and so can be computed inside it)?"""
+    written = analysis.written_buffers(sch, producer)
+    return any(analysis.region_buffer(r).same_as(b) for r in sch.get(consumer).reads for b in written)
+
+
 def vectorize_chain(sch, chain, consumers, inlined_pad, config: CpuConfig) -> None:
     """Every pass (and padded copy, and consumer) of a channel-last chain vectorised over C."""
     rank = chain.spatial_rank
@@ -292,6 +317,29 @@ def schedule_reduction(sch, block, rank: int, config: CpuConfig, level: int) -> 
             vectorize_channels(sch, c, config)
 
 
+def _streams_rows(taps, reduce_loops, info, config: CpuConfig, level: int) -> bool:
+    """Is a long window's single sum reduced row by row over all of C (_rows_outer)?"""
+    return (config.long_window_rows_outer and level == FULL and len(reduce_loops) >= 2 and len(info.writes) == 1
+            and (taps is None or taps > config.max_unrolled_row_taps))
+
+
+def _rows_outer(sch, block, channel, reduce_loops, extent, lanes, config: CpuConfig):
+    """A long window (a global average) read as the memory lies: for each row of the window,
+    for each tile of C, the row's taps (unrolled) added into the sums of the tile, which stay in
+    L1 across rows. Every row is one contiguous run of memory read in order, which the hardware
+    prefetcher follows; tiles of registers over every tap of the window instead jump a row's
+    length between taps. Returns None: the consumers go after the whole window."""
+    tile, lane = sch.split(channel, [None, _tile_width(extent, lanes, lanes * config.long_window_row_registers)])
+    sch.reorder(*reduce_loops[:-1], tile, reduce_loops[-1], lane)
+    last = analysis.loop_extent(sch, reduce_loops[-1])
+    if last is not None and last <= config.max_unrolled_row_taps:
+        sch.unroll(reduce_loops[-1])
+    sch.vectorize(lane)
+    init = sch.decompose_reduction(block, reduce_loops[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+    return None
+
+
 def _tile_width(extent: int, lanes: int, width: int) -> int:
     """The lanes of a tile of C: all of C when it fits ``width``, else the widest divisor of C
     up to ``width`` that is whole registers (or, when none is, the widest divisor)."""
@@ -311,6 +359,8 @@ def _accumulator_tile(sch, block, channel, reduce_loops, taps, config: CpuConfig
     info = sch.get(block)
     extent = analysis.loop_extent(sch, channel)
     lanes = register_lanes(config, analysis.region_dtype(info.writes[0]))
+    if _streams_rows(taps, reduce_loops, info, config, level):
+        return _rows_outer(sch, block, channel, reduce_loops, extent, lanes, config)
     registers = config.channel_tile_registers
     if taps is None or taps > config.max_unrolled_row_taps:
         registers = config.long_window_tile_registers

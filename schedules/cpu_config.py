@@ -130,6 +130,13 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # the window's rows (7x7 adaptive average over 8x7x7x2048: 0.112 ms with 4 registers, 0.077
     # with 8, 0.074 with 16).
     long_window_tile_registers: int = 16
+    # ... or, with long_window_rows_outer, the window read row by row over all of C, tiles of
+    # this many registers adding each row's taps into sums kept in L1 (cpu_channels._rows_outer).
+    # 7x7 global average over 8x7x7x2048, 2 threads, interleaved with LiteRT and a copy: 0.070
+    # -> 0.069 ms (1 register 0.075, 4 0.069, 32 0.078); input flushed from every cache first:
+    # 0.143 -> 0.114 ms.
+    long_window_rows_outer: bool = True
+    long_window_row_registers: int = 4
     # C is split into tiles for the parallel loop when batch x output rows give too few tasks
     # (4 per thread), each tile at least this many registers (8x8 average over 1x8x8x2048: 0.0066
     # ms with 1, 0.0062 with 4, 0.0063 with 16: within the noise).
@@ -149,6 +156,10 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # p1 max over 1x28x28x192, 0.49 -> 0.42 M instructions. x86 (3x3 s1 p1 average over
     # 1x28x28x192): 0.063 vs 0.063 ms, no gain, the loops stay as they were measured.
     channel_tap_reuse: bool = False
+    # Are the pointwise consumers of a channel-last chain (the average's division, ...) computed
+    # inside its last pass (cpu_channels.inline_consumers)? x86, 3x3 s1 p1 average over
+    # 1x28x28x192, 2 threads: 0.032 ms per row after the passes, 0.025 ms inside the last pass.
+    channel_inline_consumers: bool = True
 
     def vector_bits_for(self, dtype: str) -> int:
         """The register width for ``dtype``'s arithmetic (half of it for a widened dtype)."""

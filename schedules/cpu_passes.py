@@ -34,6 +34,7 @@ def schedule_pass_chain(sch: s_tir.Schedule, chain, config: CpuConfig, level: in
     consumers = analysis.attachable_consumers(sch, chain.passes[-1])
     if channel_last:
         # consumers first: the padding's column cut may split the last pass too (one pass)
+        consumers = cpu_channels.inline_consumers(sch, chain.passes[-1], consumers, config)
         for c in consumers:
             sch.reverse_compute_at(c, row)
         inlined_pad = cpu_channels.place_padding(sch, chain, par, config)

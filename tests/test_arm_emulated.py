@@ -289,6 +289,7 @@ def test_cpp_example_cross_compiled_on_emulated_aarch64(device, demo_arm):
     run_cpp_example([emulation.QEMU, "-L", device.root, binary], so, root, inputs, want, timeout=300)
 
 
+@pytest.mark.slow
 def test_rpc_server_under_qemu(device, tmp_path):
     """The emulated board as a TVM RPC device: upload an arm artifact, run it remotely."""
     from tvm import rpc

@@ -132,3 +132,24 @@ def test_without_tflite_a_tflite_file_is_a_one_line_error(saved):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"tvm_pool.from_tflite {TFLITE_MISSING}", "compile 2", "inspect 2", "run 2"]
     assert result.stderr.splitlines() == [f"tvm-pool: error: reading {saved.tflite} {TFLITE_MISSING}"] * 3
+
+
+def test_tune_then_compile_with_the_log_matches_litert(saved, tmp_path, capsys):
+    """`tune model.tflite` (--trials 0: the pooling tasks searched exhaustively, nothing else
+    measured) writes a log that `compile --tuning-log` applies; the tuned module still matches
+    LiteRT bit for bit."""
+    log = tmp_path / "log"
+    assert cli.main(["-q", "tune", str(saved.tflite), "--trials", "0", "--log-dir", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {log}: ") and "(3 pooling)" in out, out
+    assert out.strip().endswith(f"apply with: tvm-pool compile {saved.tflite} --tuning-log {log}")
+    assert (log / "database_tuning_record.json").read_text().strip()
+    so = tmp_path / "tuned.so"
+    assert cli.main(["-q", "compile", str(saved.tflite), "-o", str(so), "--tuning-log", str(log)]) == 0
+    capsys.readouterr()
+    npz = tmp_path / "out.npz"
+    assert cli.main(["-q", "run", str(so), "--inputs", str(saved.inputs), "-o", str(npz)]) == 0
+    with np.load(npz) as got:
+        for kernel, want in saved.want.items():
+            for name in ("avg_relu6", "max_strided"):
+                np.testing.assert_array_equal(got[name], want[name], err_msg=f"{kernel} {name}")

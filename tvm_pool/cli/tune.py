@@ -1,4 +1,5 @@
-"""``tvm-pool tune model.onnx`` (or a torch.export program, ``model.pt2``): tune every task of a model for a target; writes a MetaSchedule
+"""``tvm-pool tune model.onnx`` (or a torch.export program, ``model.pt2``, or a TFLite model,
+``model.tflite``): tune every task of a model for a target; writes a MetaSchedule
 JSON database (``database_workload.json`` / ``database_tuning_record.json``) and ``target.json``
 under ``--log-dir`` (default ``./tuning_logs/<family>``) that ``compile --tuning-log`` applies."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import exported
+from . import exported, tflite_files
 from .common import (
     TARGET_HELP,
     CliError,
@@ -27,7 +28,7 @@ NAME = "tune"
 
 def add_parser(subparsers):
     p = subparsers.add_parser(NAME, parents=[common_options()], help="tune a model for a target (MetaSchedule), writing a tuning log")
-    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2, saved by torch.export.save)")
+    p.add_argument("model", help="the ONNX model (.onnx), torch.export program (.pt2, saved by torch.export.save) or TFLite model (.tflite)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
     p.add_argument("--trials", type=int, default=64, help="measurements for the non-pooling tasks (default 64; pooling tasks are searched exhaustively on top)")
     p.add_argument("--log-dir", help="where the log goes (default: ./tuning_logs/<target family>); an existing log there is extended")
@@ -50,7 +51,11 @@ def run(args) -> int:
     from .. import tuning  # pylint: disable=import-outside-toplevel
 
     program = exported.is_program_path(args.model)
-    if program:
+    tflite = tflite_files.is_tflite_path(args.model)
+    if tflite:
+        model = tflite_files.load(args.model)
+        overrides = tflite_files.check_input_shapes(model, parse_input_shapes(args.input_shapes))
+    elif program:
         model = exported.load_program(args.model)
         inputs = exported.program_inputs(model, args.model)
         bindings = exported.check_input_shapes(
@@ -72,7 +77,9 @@ def run(args) -> int:
     if not os.path.isdir(parent):
         raise CliError(f"--log-dir {log_dir}: directory {parent} does not exist")
     quiet_tvm_warnings()
-    if program:
+    if tflite:
+        mod = tflite_files.import_tflite(model, args.verbose, args.quiet, overrides)
+    elif program:
         model = exported.specialize_program(model, inputs, bindings, args.model)
         mod = exported.import_program(model, args.verbose, args.quiet)
     else:
