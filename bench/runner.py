@@ -83,23 +83,38 @@ def run_workload(w: Workload, threads: int, repeat: int) -> dict:
     x = make_input(w)
     row = {"workload": w.name, "source": w.source, "op": w.op, "shape": w.shape, "dtype": w.dtype,
            "attrs": w.attrs, "indices": w.indices, "large": w.large, "ms": {}, "na": {}}
-    runners, compile_s = {}, None
-    for peer in PEERS:
-        try:
-            runners[peer], cs = peers.start(peer, model, x, threads, w)
-        except NotAvailable as err:
-            row["na"][peer] = str(err)
-            continue
-        if peer == "tvm_pool":
-            compile_s = cs
+    runners, compile_s = start_peers(PEERS, lambda peer: peers.start(peer, model, x, threads, w), row["na"])
     runners["copy"] = copy_runner(x.nbytes, out_bytes(model), threads)
-    errors = {name: peers.runtime_errors(name) for name in runners}
-    samples = timing.take_turns(runners, errors, repeat, row["na"])
-    runners.clear()  # free the sessions (and their thread pools) before the next workload
-    timing.settle()
+    samples = take_turns(runners, peers.runtime_errors, repeat, row["na"])
     summarize(row, samples, x.nbytes + out_bytes(model), compile_s)
     print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in row["ms"].items()), file=sys.stderr)
     return row
+
+
+def start_peers(names, start, na: dict) -> tuple[dict, float | None]:
+    """``({peer: run}, tvm_pool's compile seconds)`` of the peers ``start(peer)`` starts; one
+    that raises NotAvailable gets its reason in ``na``."""
+    runners, compile_s = {}, None
+    for peer in names:
+        try:
+            runners[peer], cs = start(peer)
+        except NotAvailable as err:
+            na[peer] = str(err)
+            continue
+        if peer == "tvm_pool":
+            compile_s = cs
+    return runners, compile_s
+
+
+def take_turns(runners: dict, runtime_errors, repeat: int, na: dict) -> dict:
+    """:func:`timing.take_turns` over ``runners`` (``runtime_errors(name)``: what each raises
+    when it fails), then the runners freed (sessions and their thread pools) and the machine
+    settled before the next workload."""
+    errors = {name: runtime_errors(name) for name in runners}
+    samples = timing.take_turns(runners, errors, repeat, na)
+    runners.clear()
+    timing.settle()
+    return samples
 
 
 def run_channel_last(w: Workload, threads: int, repeat: int) -> dict:
@@ -110,20 +125,10 @@ def run_channel_last(w: Workload, threads: int, repeat: int) -> dict:
     expected = reference(w, x)
     row = {"workload": w.name, "source": w.source, "op": w.op, "shape": w.shape, "layout": w.layout,
            "dtype": w.dtype, "attrs": w.attrs, "large": w.large, "ms": {}, "na": {}}
-    runners, compile_s = {}, None
-    for peer in channel_last.PEERS + (channel_last.CHANNEL_FIRST,):
-        try:
-            runners[peer], cs = channel_last.start(peer, w, x, expected, threads)
-        except NotAvailable as err:
-            row["na"][peer] = str(err)
-            continue
-        if peer == "tvm_pool":
-            compile_s = cs
+    runners, compile_s = start_peers(channel_last.PEERS + (channel_last.CHANNEL_FIRST,),
+                                     lambda peer: channel_last.start(peer, w, x, expected, threads), row["na"])
     runners["copy"] = copy_runner(x.nbytes, expected.nbytes, threads)
-    errors = {name: channel_last.runtime_errors(name) for name in runners}
-    samples = timing.take_turns(runners, errors, repeat, row["na"])
-    runners.clear()
-    timing.settle()
+    samples = take_turns(runners, channel_last.runtime_errors, repeat, row["na"])
     summarize_channel_last(row, samples, x.nbytes + expected.nbytes, compile_s)
     times = {**row["ms"], **({"channel_first": row["channel_first_ms"]} if "channel_first_ms" in row else {})}
     print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in times.items()), file=sys.stderr)

@@ -50,7 +50,7 @@ from .cuda_config import CudaConfig
 from .cuda_consumers import attach_consumers
 from .cuda_reduction import NoWarpReduction, accumulate_in_registers, is_global, unroll_taps, warp_reducible
 from .cuda_verify import buf_type, elem_bytes
-from .cuda_vector import has_bounds_check, load_pieces, param_read, vector_lanes
+from .cuda_vector import load_pieces, param_read, unchecked_vector_read
 
 # --------------------------------------------------------------------------------------------
 # Tiles of a separable chain's last pass: rows x cols x channels
@@ -149,11 +149,11 @@ def channel_pieces(sch, block, config: CudaConfig, max_pieces: int | None = None
     iterator, C is static and whole pieces, and no tap reads through a bounds check. With
     ``max_pieces``, the taps the block reads at once (a pass's one expression) are at most
     that many."""
-    lanes = vector_lanes(sch, block, config)
-    read = param_read(sch, block)
-    info = sch.get(block)
-    if not lanes or read is None or has_bounds_check(info):
+    found = unchecked_vector_read(sch, block, config)
+    if found is None:
         return None
+    lanes, read = found
+    info = sch.get(block)
     channel = [iv for iv in info.iter_vars if int(iv.iter_type) == 0][-1]
     ranges = list(read[1].region)
     extent = analysis.product([_static(r.extent) for r in ranges[:-1]])

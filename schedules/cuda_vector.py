@@ -60,17 +60,27 @@ def has_bounds_check(block) -> bool:
     return bool(found)
 
 
+def unchecked_vector_read(sch, block, config: CudaConfig):
+    """``(lanes, (read index, region))`` when ``block`` reads one function parameter, aligned
+    to a vector (:func:`vector_lanes`), with no bounds check on the way; else None."""
+    lanes = vector_lanes(sch, block, config)
+    read = param_read(sch, block)
+    if not lanes or read is None or has_bounds_check(sch.get(block)):
+        return None
+    return lanes, read
+
+
 def contiguous_windows(sch, block, config: CudaConfig) -> int | None:
     """Outputs per thread along the innermost axis for which a thread's taps are whole 16-byte
     pieces of each input row, or None. The windows must tile the row exactly (each spans
     ``s`` = its stride elements, from the first column, every tap inside: no bounds check), and
     ``lanes / s`` outputs (or one, when ``s`` is a multiple of ``lanes``) must divide the
     output row."""
-    lanes = vector_lanes(sch, block, config)
-    read = param_read(sch, block)
-    info = sch.get(block)
-    if not lanes or read is None or has_bounds_check(info):
+    found = unchecked_vector_read(sch, block, config)
+    if found is None:
         return None
+    lanes, read = found
+    info = sch.get(block)
     spatial = [iv for iv in info.iter_vars if int(iv.iter_type) == 0]
     taps = [iv for iv in info.iter_vars if int(iv.iter_type) != 0]
     last, rng = spatial[-1], read[1].region[-1]

@@ -453,3 +453,31 @@ def batch_module(cases):
             out = bb.emit_output(relax.Tuple(outs))
         bb.emit_func_output(out, params=params)
     return bb.get()
+
+
+def module(shape, dtype, emit, epilogue=None, prologue=None, branch=False):
+    """``x -> prologue -> emit -> epilogue(y[, x2])``; with ``branch`` a second input of the
+    pool's output shape joins the epilogue (add with a branch, concat)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    params = [x]
+    with bb.function("main"):
+        with bb.dataflow():
+            inp = bb.emit(prologue(x)) if prologue else x
+            y = emit(bb, inp)
+            if epilogue is not None:
+                if branch:
+                    x2 = relax.Var("x2", relax.TensorType([int(d) for d in y.ty.shape.values], dtype))
+                    params.append(x2)
+                    y = bb.emit(epilogue(y, x2))
+                else:
+                    y = bb.emit(epilogue(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out, params=params)
+    return bb.get()
+
+
+def inputs_for(mod, seed=0, nan=False):
+    """Seeded inputs (:func:`data`) for every parameter of ``mod["main"]``."""
+    return [data([int(d) for d in p.ty.shape.values], str(p.ty.dtype), seed=seed + i, nan=nan)
+            for i, p in enumerate(mod["main"].params)]

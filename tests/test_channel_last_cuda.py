@@ -83,31 +83,12 @@ def trt(kind, k, s, pre, post, mode="EXPLICIT_ROUND_DOWN", blend=0.0, excl=True)
     return _te(compute.tensorrt_pool, kind, list(k), s, pre, post, mode, blend, excl, rank=len(k), name="trt_pool")
 
 
-def module(shape, dtype, emit, epilogue=None, prologue=None, branch=False):
-    """``x -> prologue -> emit -> epilogue(y[, x2])``; with ``branch`` a second input of the
-    pool's output shape joins the epilogue."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, dtype))
-    params = [x]
-    with bb.function("main"):
-        with bb.dataflow():
-            inp = bb.emit(prologue(x)) if prologue else x
-            y = emit(bb, inp)
-            if epilogue is not None:
-                if branch:
-                    x2 = relax.Var("x2", relax.TensorType([int(d) for d in y.ty.shape.values], dtype))
-                    params.append(x2)
-                    y = bb.emit(epilogue(y, x2))
-                else:
-                    y = bb.emit(epilogue(y))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out, params=params)
-    return bb.get()
+module = cc.module
 
 
 def inputs_for(mod, seed=0, nan=True):
-    return [cc.data([int(d) for d in p.ty.shape.values], str(p.ty.dtype), seed=seed + i, nan=nan)
-            for i, p in enumerate(mod["main"].params)]
+    """cuda_checks.inputs_for, with NaNs by default (every channel-last case tests them)."""
+    return cc.inputs_for(mod, seed, nan)
 
 
 def check_simulation(mod, exact, nan=True):

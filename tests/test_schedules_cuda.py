@@ -38,35 +38,8 @@ SM80 = {"kind": "cuda", "arch": "sm_80"}
 needs_nvcc = pytest.mark.skipif(not cc.have_nvcc(), reason="nvcc (CUDA toolkit) is not on PATH: no ptxas check")
 
 
-def module(shape, dtype, emit, epilogue=None, prologue=None, branch=False):
-    """``x -> prologue -> emit -> epilogue(y[, x2])``; with ``branch`` a second input of the
-    pool's output shape joins the epilogue (add with a branch, concat)."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, dtype))
-    params = [x]
-    with bb.function("main"):
-        with bb.dataflow():
-            inp = bb.emit(prologue(x)) if prologue else x
-            y = emit(bb, inp)
-            if epilogue is not None:
-                if branch:
-                    out_shape = [int(d) for d in y.ty.shape.values]
-                    x2 = relax.Var("x2", relax.TensorType(out_shape, dtype))
-                    params.append(x2)
-                    y = bb.emit(epilogue(y, x2))
-                else:
-                    y = bb.emit(epilogue(y))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out, params=params)
-    return bb.get()
-
-
-def inputs_for(mod, seed=0, nan=False):
-    out = []
-    for i, p in enumerate(mod["main"].params):
-        shape = [int(d) for d in p.ty.shape.values]
-        out.append(cc.data(shape, str(p.ty.dtype), seed=seed + i, nan=nan))
-    return out
+module = cc.module
+inputs_for = cc.inputs_for
 
 
 def check_simulation(mod, nan=True, exact=True):

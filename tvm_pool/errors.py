@@ -6,7 +6,17 @@ sees one clear line instead of a crash deep inside TVM.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+
+
+def require_module(name: str, message: str):
+    """Import the optional module ``name`` (a frontend's package), or fail with ImportError
+    ``message``: one line that says what to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exception:
+        raise ImportError(message) from exception
 
 
 class TvmPoolError(Exception):

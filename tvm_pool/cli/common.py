@@ -94,6 +94,22 @@ def quiet_tvm_warnings():
     warnings.filterwarnings("ignore", category=UserWarning, module=r"tvm_pool\.onnx\..*")
 
 
+def inspect_each(items: list, inspect_one, noun: str, path: str) -> int:
+    """``inspect``'s loop: ``inspect_one(index, item)`` for each pooling node or operator (it
+    returns how many of its steps failed), the tuning-log warnings shown once after them; a
+    model with failures is a CliError. Returns 0."""
+    if not items:
+        print(f"no pooling {noun}s")
+        return 0
+    failures = 0
+    with tuning_log_warnings_shown():  # each once, after the items; -q does not hide them
+        for index, item in enumerate(items):
+            failures += inspect_one(index, item)
+    if failures:
+        raise CliError(f"{failures} pooling {noun}(s) of {path} are invalid or unsupported (see above)")
+    return 0
+
+
 @contextlib.contextmanager
 def tuning_log_warnings_shown():
     """Show the warnings about the user's tuning logs (``tvm_pool.tuning.TuningLogWarning``: a

@@ -19,6 +19,7 @@ from .common import (
     fmt_shape,
     from_onnx_function,
     import_onnx,
+    inspect_each,
     load_onnx,
     one_line,
     onnx_dtype,
@@ -26,7 +27,6 @@ from .common import (
     quiet_tvm_warnings,
     resolve_target,
     target_label,
-    tuning_log_warnings_shown,
 )
 
 NAME = "inspect"
@@ -172,16 +172,8 @@ def run(args) -> int:
         for n in model.graph.node
         if n.op_type in POOLING_OPS or converter_for(n.domain, n.op_type) is not None
     ]
-    if not pooling:
-        print("no pooling nodes")
-        return 0
-    failures = 0
-    with tuning_log_warnings_shown():  # each once, after the nodes; -q does not hide them
-        for index, node in enumerate(pooling):
-            failures += _inspect_node(model, node, index, shapes, target, args)
-    if failures:
-        raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
-    return 0
+    return inspect_each(pooling, lambda index, node: _inspect_node(model, node, index, shapes, target, args),
+                        "node", args.model)
 
 
 def _inspect_node(model, node, index: int, shapes, target, args) -> int:
@@ -260,16 +252,8 @@ def _inspect_program(args) -> int:
     )
     print(f"target: {target_label(target)}")
     pooling = exported.pooling_nodes(program)
-    if not pooling:
-        print("no pooling nodes")
-        return 0
-    failures = 0
-    with tuning_log_warnings_shown():  # each once, after the nodes; -q does not hide them
-        for index, node in enumerate(pooling):
-            failures += _inspect_aten_node(program, node, index, bindings, target, args)
-    if failures:
-        raise CliError(f"{failures} pooling node(s) of {args.model} are invalid or unsupported (see above)")
-    return 0
+    return inspect_each(pooling, lambda index, node: _inspect_aten_node(program, node, index, bindings, target, args),
+                        "node", args.model)
 
 
 def _inspect_aten_node(program, node, index: int, bindings, target, args) -> int:

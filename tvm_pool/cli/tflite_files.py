@@ -18,13 +18,13 @@ from .common import (
     Progress,
     fmt_shape,
     import_model,
+    inspect_each,
     one_line,
     parse_input_shapes,
     quiet_tvm_warnings,
     require_input_file,
     resolve_target,
     target_label,
-    tuning_log_warnings_shown,
     version,
 )
 
@@ -195,16 +195,8 @@ def inspect(args) -> int:
     print(f"target: {target_label(target)}")
     graph = model.model.Subgraphs(0)
     pooling = [k for k, name in enumerate(model.op_names) if name in POOLING_OPS]
-    if not pooling:
-        print("no pooling operators")
-        return 0
-    failures = 0
-    with tuning_log_warnings_shown():  # each once, after the operators; -q does not hide them
-        for index, k in enumerate(pooling):
-            failures += _inspect_operator(model, graph.Operators(k), index, target, args)
-    if failures:
-        raise CliError(f"{failures} pooling operator(s) of {args.model} are invalid or unsupported (see above)")
-    return 0
+    return inspect_each(pooling, lambda index, k: _inspect_operator(model, graph.Operators(k), index, target, args),
+                        "operator", args.model)
 
 
 def _inspect_operator(model: TfliteModel, op, index: int, target, args) -> int:

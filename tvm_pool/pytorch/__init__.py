@@ -6,16 +6,14 @@ calling :func:`from_exported_program` does.
 
 from __future__ import annotations
 
+from ..errors import require_module
+
 TORCH_MISSING = "needs PyTorch: pip install 'tvm_pool[torch]'"
 
 
 def require_torch(what: str = "tvm_pool.from_exported_program"):
     """Import torch, or fail with one line that says what to install."""
-    try:
-        import torch  # pylint: disable=import-outside-toplevel
-    except ImportError as exception:
-        raise ImportError(f"{what} {TORCH_MISSING}") from exception
-    return torch
+    return require_module("torch", f"{what} {TORCH_MISSING}")
 
 
 def from_exported_program(exported_program, **kwargs):

@@ -6,16 +6,14 @@ importing tvm_pool never imports it; calling :func:`from_tflite` does.
 
 from __future__ import annotations
 
+from ..errors import require_module
+
 TFLITE_MISSING = "needs the tflite package: pip install 'tvm_pool[tflite]'"
 
 
 def require_tflite(what: str = "tvm_pool.from_tflite"):
     """Import the ``tflite`` package, or fail with one line that says what to install."""
-    try:
-        import tflite  # pylint: disable=import-outside-toplevel
-    except ImportError as exception:
-        raise ImportError(f"{what} {TFLITE_MISSING}") from exception
-    return tflite
+    return require_module("tflite", f"{what} {TFLITE_MISSING}")
 
 
 def from_tflite(model, shape_dict=None, dtype_dict=None, op_converter=None):
