@@ -167,6 +167,41 @@ def test_every_channel_last_pool_gets_the_channel_schedule(name):
         assert_channel_last_structure(sch.mod["main"], rule.name)
 
 
+def _first_loop_using(loops, expr) -> int:
+    return next(i for i, l in enumerate(loops) if _uses(expr, l.loop_var))
+
+
+def _channel_tile_loop(loops, expr) -> int:
+    """The innermost loop over tiles of C: the deepest non-vectorised loop C's binding uses."""
+    return max(i for i, l in enumerate(loops) if _uses(expr, l.loop_var) and l.kind != tirx.ForKind.VECTORIZED)
+
+
+def test_x86_computes_the_average_in_its_last_pass_and_reads_long_windows_row_by_row():
+    """x86 only (CpuConfig.channel_inline_consumers, long_window_rows_outer; NEON measured
+    worse with both): the average's division is computed inside the last pass, so no finalize
+    block is left; a 7x7 adaptive average to 1x1 (ResNet's head as Relax's adaptive_avg_pool2d
+    legalizes) reads its window's rows outside the tiles of C (each row's taps added into all
+    of C), where NEON keeps register tiles over every tap."""
+    x = te.placeholder((2, 7, 7, 256), "float32", name="x")
+    head = te.create_prim_func([x, compute.adaptive_avg_pool(x, [1, 1], layout="NHWC")]).with_attr("global_symbol", "main")
+    kinds = {rule.name: [analysis.pool_kind(r.block) for r, _ in _pool_blocks_under_loops(
+        rule.apply(channel_last_func("avg_3x3_s1_p1_excl"), target, False).mod["main"])]
+        for rule, target in ((x86.Pool(), X86), (arm.Pool(), A72))}
+    assert not any(k.endswith("_finalize") for k in kinds["x86"]), kinds["x86"]
+    assert any(k.endswith("_finalize") for k in kinds["arm"]), kinds["arm"]
+    for rule, target, rows_outside in ((x86.Pool(), X86, True), (arm.Pool(), A72, False)):
+        func = rule.apply(head, target, False).mod["main"]
+        reductions = [(r, loops) for r, loops in _pool_blocks_under_loops(func)
+                      if any(int(iv.iter_type) == 2 for iv in r.block.iter_vars)]
+        assert reductions, rule.name
+        for realize, loops in reductions:
+            ivs = realize.block.iter_vars
+            channel = [i for i, iv in enumerate(ivs) if int(iv.iter_type) == 0][-1]
+            row = next(i for i, iv in enumerate(ivs) if int(iv.iter_type) == 2)
+            tile = _channel_tile_loop(loops, realize.iter_values[channel])
+            assert (_first_loop_using(loops, realize.iter_values[row]) < tile) == rows_outside, rule.name
+
+
 # ---------------------------------------------------------------------------------------------
 # Scheduled equals unscheduled: single pools (x86 and the aarch64 rule's function, run here)
 # ---------------------------------------------------------------------------------------------

@@ -123,15 +123,15 @@ def test_without_tflite_a_tflite_file_is_a_one_line_error(saved):
         "    tvm_pool.from_tflite(b'')\n"
         "except ImportError as err:\n"
         "    print(err)\n"
-        "for command in ('compile', 'inspect', 'run'):\n"
+        "for command in ('compile', 'inspect', 'tune', 'run'):\n"
         "    print(command, main([command, sys.argv[1]]))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script, str(saved.tflite)], capture_output=True, text=True, timeout=300, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [f"tvm_pool.from_tflite {TFLITE_MISSING}", "compile 2", "inspect 2", "run 2"]
-    assert result.stderr.splitlines() == [f"tvm-pool: error: reading {saved.tflite} {TFLITE_MISSING}"] * 3
+    assert result.stdout.splitlines() == [f"tvm_pool.from_tflite {TFLITE_MISSING}", "compile 2", "inspect 2", "tune 2", "run 2"]
+    assert result.stderr.splitlines() == [f"tvm-pool: error: reading {saved.tflite} {TFLITE_MISSING}"] * 4
 
 
 def test_tune_then_compile_with_the_log_matches_litert(saved, tmp_path, capsys):
