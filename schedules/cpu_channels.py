@@ -227,7 +227,9 @@ def inline_consumers(sch, last, consumers, config: CpuConfig) -> list:
     if not config.channel_inline_consumers:
         return consumers
     left = list(consumers)
-    while left and _reads(sch, left[0], last):
+    # (TVM 0.27 does not refuse a consumer whose input has another reader, such as the argmax's
+    # value and index, which both unpack the keys: it leaves the other reader on a removed buffer)
+    while left and _reads(sch, left[0], last) and len(sch.get_consumers(last)) == 1:
         try:
             sch.reverse_compute_inline(left[0])
         except s_tir.ScheduleError:

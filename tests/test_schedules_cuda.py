@@ -624,9 +624,10 @@ WORKLOADS = [
 # (TensorRT's blend joins two reductions, max and sum: one kernel computes both and blends.)
 DRAM_ALLOWANCE = {"maxpool_bf16_indices": 2.8}
 # The workloads whose pool kernel loads 16 bytes at once (the rest: 7x7 planes, odd widths with
-# ceil mode, padded windows read one tap at a time (Indices, TensorRT), adaptive windows).
+# ceil mode, padded windows read one tap at a time (TensorRT), adaptive windows). MaxPool with
+# Indices is a max of keys made from the data, loaded as the values-only pool loads it.
 VECTOR_WORKLOADS = {
-    "resnet_maxpool", "vgg_maxpool", "inception_maxpool", "densenet_avgpool", "avgpool_pad", "video3d_maxpool",
+    "resnet_maxpool", "maxpool_indices", "vgg_maxpool", "inception_maxpool", "densenet_avgpool", "avgpool_pad", "video3d_maxpool",
     "audio1d_maxpool", "maxpool_int8", "maxpool_fp16", "global_avg_large", "global_max_large", "lp2_fp16",
     "fused_relu_pool_add",
 }

@@ -1,5 +1,6 @@
-"""Why tvm_pool's CPU schedules do not TVM-vectorise the (value, index) reduction of MaxPool
-with Indices yet (issue 23's vectorised argmax). The reduction's combiner is a let-bound
+"""Why tvm_pool's MaxPool with Indices reduces packed int64 keys (``compute.argmax``) instead
+of TVM-vectorising its (value, index) reduction, which it keeps for symbolic sizes and 64-bit
+types only (unvectorised). The reduction's combiner is a let-bound
 (value, index) pair. TVM 0.27's VectorizeLoop vectorises it, and right, when every op in the
 body is vectorisable (tvm_pool marks isnan so, ``schedules.cpu``); but a window that reaches
 into the padding reads through ``if_then_else`` on a per-lane condition, which makes
@@ -13,12 +14,13 @@ import tvm
 from tvm import s_tir, te, tirx
 
 import tvm_pool.schedules  # noqa: F401  (marks tirx.isnan vectorisable, as compile does)
-from tvm_pool import compute
+from tvm_pool.compute import argmax
+from tvm_pool.compute.windows import windows_for
 
 
 def _schedule(pads, lanes: int):
     x = te.placeholder((1, 1, 8, 16), "float32", name="x")
-    outs = compute.max_pool(x, [1, 3], [1, 2], pads=pads, return_indices=True)
+    outs = argmax._argmax_reduction(x, windows_for(x, [1, 3], [1, 2], pads=pads), "first", True)
     func = te.create_prim_func([x, *outs])
     sch = s_tir.Schedule(func)
     block = sch.get_child_blocks(sch.get_sblock("root"))[-1]

@@ -56,7 +56,7 @@ MIN_BLOCK_TAPS = 17
 FLAT_LANES = 16
 
 
-def _static_geometry(windows) -> bool:
+def static_geometry(windows) -> bool:
     """Every window's kernel, input and output size and begin padding known at compile time."""
     return all(
         not isinstance(w.kernel, tirx.Expr) and spec.is_static(w.in_size, w.out_size, w.pad_begin) for w in windows
@@ -65,7 +65,7 @@ def _static_geometry(windows) -> bool:
 
 def _innermost_window_only(windows) -> bool:
     """Static geometry, and a window longer than 1 on the innermost spatial axis only."""
-    if not _static_geometry(windows):
+    if not static_geometry(windows):
         return False
     return [i for i, w in enumerate(windows) if w.kernel > 1] == [len(windows) - 1]
 
@@ -76,7 +76,7 @@ def flat_plane(windows) -> bool:
     contiguous row: on a 7x7 plane 3 vector loads and a few shuffles, against 7 loads of
     7-lane rows and a 7-tap horizontal pass for the separable form (ResNet-50's head at batch
     32, 1 thread: 0.21 against 0.43 ms)."""
-    if not _static_geometry(windows):
+    if not static_geometry(windows):
         return False
     if not all(w.out_size == 1 and w.kernel == w.in_size and w.pad_begin == 0 for w in windows):
         return False
@@ -105,7 +105,7 @@ def separable(windows) -> bool:
 
     Non-overlapping windows over two axes (2x2 stride 2) keep the direct reduction (max: one
     expression of every tap, :func:`few_taps`), which reads each input once already."""
-    if not _static_geometry(windows):
+    if not static_geometry(windows):
         return False
     windowed = [w for w in windows if w.kernel > 1]
     if len(windowed) == 1:
@@ -140,7 +140,7 @@ def few_taps(windows) -> bool:
     elementwise expression of every tap: the reduction loop's select-based NaN max blocked
     LLVM's vectoriser (3-D 2x2x2 s2 over 64x16x56x56, 1 thread: 1.4 ms against 0.31 ms for
     stock TVM's plain max; 3-D windows now take the passes)."""
-    return _static_geometry(windows) and reduce(lambda a, w: a * w.kernel, windows, 1) <= MAX_ALL_TAPS
+    return static_geometry(windows) and reduce(lambda a, w: a * w.kernel, windows, 1) <= MAX_ALL_TAPS
 
 
 def _max_passes(windows) -> bool:

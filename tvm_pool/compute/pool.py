@@ -6,26 +6,25 @@ spatial (ONNX's N, C, D1..Dn). Geometry comes from :mod:`tvm_pool.spec`; these f
 say what each output element is. The window max and sum they build on take the compute form
 that :mod:`tvm_pool.compute.forms` chooses (:mod:`tvm_pool.compute.window_reduce`), reading a
 padded copy (block kind ``pad``) that holds the reduction's identity in the padding and the
-ceil-mode overhang. The argmax reduction instead tests each tap's position (an index in the
-padding must never win a tie). Windows that touch padding, windows entirely inside padding and
-the ceil-mode overhang all follow from these two rules.
+ceil-mode overhang. MaxPool's indices (:mod:`tvm_pool.compute.argmax`) reduce keys that pack
+each element's value and position, with the least key in the padding, so an index in the padding
+never wins a tie. Windows that touch padding, windows entirely inside padding and the ceil-mode
+overhang all follow from these two rules.
 """
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Sequence
 
 from tvm import te, tirx
 
 from .. import spec
 from . import layout
-from .common import (
-    NO_INDEX, _SENTINEL_INDEX, accumulate_dtype, argmax_reducer, block_attrs, int_round_div, is_float, max_identity,
-)
+from .argmax import argmax
+from .common import accumulate_dtype, block_attrs, int_round_div, is_float
 from .forms import FLAT_LANES, MAX_PASS_TAPS, doubling, flat_plane
 from .window_reduce import window_max, window_sum
-from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access, window_count, windows_for
+from .windows import may_see_no_data, out_shape, window_count, windows_for
 
 # The operators, and the form thresholds and predicates that tests/test_pass_forms.py reads here.
 __all__ = [
@@ -92,88 +91,7 @@ def max_pool_windows(
         return narrow, indices
     if not return_indices:
         return window_max(data, windows)
-    return _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index)
-
-
-def _argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="first"):
-    """The (value, index) reduction of :func:`max_pool_windows`, and the stage that turns the
-    reduced row-major position into the requested numbering (when it is not that already)."""
-    rank = len(windows)
-    dtype = data.dtype
-    shape = out_shape(data, windows)
-    lead = len(data.shape) - rank
-
-    spatial_sizes = [w.in_size for w in windows]
-    # Reduce in int64 whatever the requested index type: the "no candidate" sentinel needs
-    # the range; a narrower index type is a cast in the finalize stage.
-    requested_index_dtype, index_dtype = index_dtype, "int64"
-    reducer = argmax_reducer(dtype, index_dtype, nan_index)
-    # With row-major numbering the reduced index can be the final one (the plane offset is a
-    # constant per window); column-major needs a conversion stage afterwards.
-    fold_plane_offset = index_scope == "tensor" and storage_order == 0
-
-    def value_and_index(*out_idx):
-        rvars = reduce_axes(windows)
-        idx, inside = window_access(data, windows, out_idx, rvars)
-        x = data[tuple(idx)]
-        if fold_plane_offset:
-            flat = row_major(idx, data.shape)
-        else:
-            flat = row_major(idx[lead:], spatial_sizes)
-        flat = flat.astype(index_dtype)
-        if inside is not True:
-            x = tirx.if_then_else(inside, x, max_identity(dtype))
-            flat = tirx.if_then_else(inside, flat, tirx.const(_SENTINEL_INDEX, index_dtype))
-        return reducer((x, flat), axis=rvars)
-
-    values, raw_index = layout.compute(data, 
-        shape, value_and_index, name="max_pool", attrs=block_attrs("max_index", rank)
-    )
-    # Row-major numbering of the whole tensor (offset folded in) or of each plane is what the
-    # reduction produced: no stage after it unless a window may see nothing (index -1) or the
-    # index type is narrower.
-    final_already = fold_plane_offset or (index_scope == "plane" and storage_order == 0)
-    if final_already and not may_see_no_data(windows) and requested_index_dtype == "int64":
-        return values, raw_index
-
-    plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
-
-    def final_index(*out_idx):
-        raw = raw_index[out_idx]
-        if fold_plane_offset:
-            index = raw
-        else:
-            within = raw
-            if storage_order == 1:
-                within = _row_to_column_major(raw, spatial_sizes, index_dtype)
-            index = within
-            if index_scope == "tensor":
-                plane = row_major(out_idx[:lead], data.shape[:lead]).astype(index_dtype)
-                index = plane * plane_size.astype(index_dtype) + within
-        index = tirx.Select(
-            raw == tirx.const(_SENTINEL_INDEX, index_dtype), tirx.const(NO_INDEX, index_dtype), index
-        )
-        return index.astype(requested_index_dtype)
-
-    indices = layout.compute(data, 
-        shape, final_index, name="max_pool_index", attrs=block_attrs("max_index_finalize", rank)
-    )
-    return values, indices
-
-
-def _row_to_column_major(raw, sizes, index_dtype):
-    """Renumber a row-major position within a box of ``sizes`` column-major."""
-    coords = []
-    rest = raw
-    for n in reversed(sizes):
-        n = tirx.Cast(index_dtype, n)
-        coords.append(tirx.floormod(rest, n))
-        rest = tirx.floordiv(rest, n)
-    coords.reverse()  # coords[i] is the position along axis i
-    flat = tirx.const(0, index_dtype)
-    for p, n in zip(reversed(coords), reversed(sizes)):
-        flat = flat * tirx.Cast(index_dtype, n) + p
-    return flat
+    return argmax(data, windows, storage_order, index_scope, index_dtype, nan_index)
 
 
 @layout.with_layout

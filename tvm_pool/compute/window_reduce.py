@@ -22,24 +22,33 @@ from .forms import FLAT_LANES
 from .windows import out_shape, padded, padded_access, reduce_axes
 
 
-def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool") -> te.Tensor:
-    """The max over each window's data taps (NaN propagates; no data gives the max identity)."""
-    dtype = data.dtype
-    form = forms.choose_form(windows, "max", channel_last=layout.is_channel_last(data))
-    if form == forms.DIRECT:
-        source, offsets = padded(data, windows, max_identity(dtype))
-        return _window_maxima(source, offsets, windows, kind, name)
+def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool", keys=None) -> te.Tensor:
+    """The max over each window's data taps (NaN propagates; no data gives the max identity).
+
+    ``keys``: the argmax's int64 keys (:mod:`.argmax`) are reduced instead of the values:
+    ``keys(x, index)`` is the key of the data element ``x`` at ``index``, made once per
+    element in the padded copy (the least int64 in the padding)."""
+    dtype = str(data.dtype)
     # float16/bfloat16 passes run in float32, widened once in the padded copy: exact
     # (widening is lossless and a max returns one of its operands), and x86 has no
     # half-precision arithmetic to run them in anyway.
     work = "float32" if dtype in ("float16", "bfloat16") else dtype
+    form = forms.choose_form(windows, "max", channel_last=layout.is_channel_last(data))
+    if keys is not None:
+        source, offsets = padded(data, windows, max_identity("int64"), dtype="int64", element=keys)
+        data, dtype, work = source, "int64", "int64"
+    elif form == forms.DIRECT:  # one reduction per output, in the data's type
+        source, offsets = padded(data, windows, max_identity(dtype))
+    elif form != forms.FLAT_PLANE:
+        source, offsets = padded(data, windows, max_identity(work), dtype=work)
 
     def max_all(taps):
         return max_of_all(taps, work)
 
-    if form == forms.FLAT_PLANE:
+    if form == forms.FLAT_PLANE:  # a global window reads whole unpadded planes
         return _flat_plane_passes(data, windows, max_all, lambda x: x.astype(work), kind, name, dtype)
-    source, offsets = padded(data, windows, max_identity(work), dtype=work)
+    if form == forms.DIRECT:
+        return _window_maxima(source, offsets, windows, kind, name)
     build = {forms.DOUBLING: _doubling_passes, forms.AXIS_PASSES: _axis_passes, forms.ALL_TAPS: _all_taps_pass}[form]
     return build(source, offsets, windows, max_all, kind, name, dtype)
 

@@ -80,17 +80,19 @@ def row_major(positions, sizes):
     return flat
 
 
-def padded(data: te.Tensor, windows, fill, dtype: str | None = None) -> tuple[te.Tensor, list]:
+def padded(data: te.Tensor, windows, fill, dtype: str | None = None, element=None) -> tuple[te.Tensor, list]:
     """``data`` with every window's taps inside it: ``fill`` in the padding and the ceil-mode
     overhang. Returns the tensor and, per spatial axis, the offset of data position 0 in it.
-    With ``dtype``, the copy is also converted to it (and made even where no axis is padded).
+    With ``dtype``, the copy is also converted to it (and made even where no axis is padded);
+    with ``element``, each data element ``x`` at index ``idx`` is ``element(x, idx)`` instead,
+    of type ``dtype`` (the argmax's keys).
 
     Windowed reductions read this stage unconditionally, so the bounds check happens once per
     padded element (which a schedule computes per plane or row) instead of once per tap. Axes
     whose taps never leave the data are not padded; with none, ``data`` is returned as is.
     """
     lead = len(data.shape) - len(windows)
-    convert = dtype is not None and dtype != str(data.dtype)
+    convert = element is not None or (dtype is not None and dtype != str(data.dtype))
     if all(taps_always_inside(w) for w in windows) and not convert:
         return data, [0] * len(windows)
     offsets, extents = [], []
@@ -111,7 +113,9 @@ def padded(data: te.Tensor, windows, fill, dtype: str | None = None) -> tuple[te
                 inside.append(tirx.all(i >= off, i - off < w.in_size))
         cond = all_of(inside)
         x = data[tuple(src)]
-        if convert:
+        if element is not None:
+            x = element(x, src)
+        elif convert:
             x = x.astype(dtype)
         return x if cond is True else tirx.if_then_else(cond, x, fill_value)
 

@@ -1,0 +1,209 @@
+"""The (value, index) max of MaxPool with Indices, in two forms, and the stage that turns the
+position found into the numbering requested.
+
+- **Passes** (static geometry, :func:`tvm_pool.compute.forms.argmax_passes`): one elementwise
+  pass per windowed axis, innermost first, each with two outputs: the max over the pass's taps
+  and the offset, in the data's row-major numbering relative to the window's first tap, of the
+  first tap (in scan order) that holds it. The first pass reduces the innermost axis and keeps
+  the first maximum of each row; each later pass keeps the earliest row (plane) whose maximum
+  equals the window's, with that row's offset. Scan order is row-major, so the first maximum of
+  the window lies in the earliest row that holds it, at that row's first maximum: the passes
+  find exactly the tap that a scan of the whole window finds. The passes read the padded copy
+  (:func:`~tvm_pool.compute.windows.padded`); a tap in the padding or the ceil-mode overhang
+  never matches (its position is tested, as a select, not as a guarded load), so every tap is
+  an unconditional load and a pass is a chain of compares and selects that vectorises.
+- **Reduction** (any geometry, symbolic too): one comm_reducer over each window's taps,
+  (value, index) pairs with a let-bound combiner.
+
+NaN: a NaN beats every number. Among NaNs the first wins (``nan_index="first"``, ONNX) or the
+last (``"last"``, PyTorch's CPU kernels); among equal numbers, always the first. A window that
+sees no data gives the max identity and index -1.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from tvm import tirx
+
+from . import forms, layout
+from .common import (
+    NO_INDEX, _SENTINEL_INDEX, argmax_reducer, block_attrs, is_float, is_nan, max_identity,
+)
+from .window_reduce import window_max
+from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access
+
+# The offset a pass gives a window (row, plane) in which no tap matched: no data under it.
+NO_OFFSET = -1
+
+
+def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="first"):
+    """``(values, indices)`` of max pooling ``data`` over ``windows`` (see
+    :func:`tvm_pool.compute.pool.max_pool` for the numberings)."""
+    rank = len(windows)
+    lead = len(data.shape) - rank
+    # With row-major numbering of the whole tensor the reduced index is the final one (the
+    # plane offset is a constant per window); other numberings take a stage afterwards.
+    fold_plane_offset = index_scope == "tensor" and storage_order == 0
+    if uses_keys(windows, str(data.dtype), data.shape):
+        values, raw_index = _argmax_keys(data, windows, nan_index, fold_plane_offset)
+    else:
+        values, raw_index = _argmax_reduction(data, windows, nan_index, fold_plane_offset)
+    final_already = fold_plane_offset or (index_scope == "plane" and storage_order == 0)
+    if final_already and not may_see_no_data(windows) and index_dtype == "int64":
+        return values, raw_index
+
+    spatial_sizes = [w.in_size for w in windows]
+    plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
+
+    def final_index(*out_idx):
+        raw = raw_index[out_idx]
+        if fold_plane_offset:
+            index = raw
+        else:
+            index = _row_to_column_major(raw, spatial_sizes) if storage_order == 1 else raw
+            if index_scope == "tensor":
+                index = row_major(out_idx[:lead], data.shape[:lead]) * plane_size + index
+        index = tirx.Select(raw == tirx.const(_SENTINEL_INDEX, "int64"), tirx.const(NO_INDEX, "int64"), index)
+        return index.astype(index_dtype)
+
+    indices = layout.compute(data, out_shape(data, windows), final_index, name="max_pool_index",
+                             attrs=block_attrs("max_index_finalize", rank))
+    return values, indices
+
+
+def _argmax_reduction(data, windows, nan_index, fold_plane_offset):
+    """One (value, index) reduction per output, in int64 whatever the requested index type
+    (the "no candidate" sentinel needs the range); the index is row-major over the tensor
+    (``fold_plane_offset``) or over the plane."""
+    rank = len(windows)
+    lead = len(data.shape) - rank
+    dtype = data.dtype
+    reducer = argmax_reducer(dtype, "int64", nan_index)
+    spatial_sizes = [w.in_size for w in windows]
+
+    def value_and_index(*out_idx):
+        rvars = reduce_axes(windows)
+        idx, inside = window_access(data, windows, out_idx, rvars)
+        x = data[tuple(idx)]
+        flat = row_major(idx, data.shape) if fold_plane_offset else row_major(idx[lead:], spatial_sizes)
+        if inside is not True:
+            x = tirx.if_then_else(inside, x, max_identity(dtype))
+            flat = tirx.if_then_else(inside, flat, tirx.const(_SENTINEL_INDEX, "int64"))
+        return reducer((x, flat), axis=rvars)
+
+    return layout.compute(data, out_shape(data, windows), value_and_index, name="max_pool",
+                          attrs=block_attrs("max_index", rank))
+
+
+# The key of a data element: its value mapped to an int32 in the same order (``_order``) in
+# the high half, its position ``p`` in the plane in the low half, as ``(LOW_MAX - p) << 1``
+# (the smaller position has the larger key: ties go to the first in scan order) with the
+# sign of a zero in bit 0 (so -0.0 comes back as -0.0). Under a PyTorch NaN rule a NaN keeps
+# ``p << 1`` instead (the last NaN wins). The padding's key is below every data key.
+LOW_MAX = 2**29 - 1
+# Planes of at most 2^28 elements: a position |p| <= 2^29 then (the padding's too, in the
+# loop parts TVM folds to constants) keeps (LOW_MAX - p) << 1 inside int32.
+MAX_PLANE = 2**28
+PAD_KEY = -(2**63)
+NAN_ORDER = 0x7FC00000  # every NaN's order: above +inf (0x7F800000), and the canonical NaN's bits
+KEY_DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32")
+
+
+def uses_keys(windows, dtype: str, shape=None) -> bool:
+    """Whether a max with indices reduces keys: static sizes (every axis of ``shape``: the
+    schedules' passes need them, and a symbolic batch keeps the reduction, which they
+    parallelise over its static axes), planes of at most MAX_PLANE elements, and a type whose
+    values order as an int32."""
+    if str(dtype) not in KEY_DTYPES or not forms.static_geometry(windows):
+        return False
+    if shape is not None and not all(isinstance(d, (int, tirx.IntImm)) for d in shape):
+        return False
+    return reduce(lambda a, w: a * int(w.in_size), windows, 1) <= MAX_PLANE
+
+
+def _order(x, work):
+    """``x`` as an int32 that orders like the value: the bits of a number >= +0.0, minus the
+    magnitude's bits of a negative one (-0.0 orders as +0.0: a tie), NAN_ORDER for every NaN.
+    Written so that a vector of it is 5 int32 operations (and, sub, sign blend, unordered
+    compare, blend)."""
+    if not is_float(work):
+        return x.astype("int32")
+    bits = tirx.reinterpret("int32", x)
+    magnitude = tirx.bitwise_and(bits, tirx.const(0x7FFFFFFF, "int32"))
+    number = tirx.Select(bits < tirx.const(0, "int32"), tirx.const(0, "int32") - magnitude, magnitude)
+    return tirx.Select(is_nan(x), tirx.const(NAN_ORDER, "int32"), number)
+
+
+def _argmax_keys(data, windows, nan_index, fold_plane_offset):
+    """The max of each window's keys (see :data:`LOW_MAX`), unpacked into the value and the
+    row-major position of the first maximum; the max is :func:`.window_reduce.window_max`, in
+    whatever form it takes for ``windows`` (separable passes, ...), so every schedule of a
+    window max (every target, both layouts) serves the argmax too, as an int64 max."""
+    rank = len(windows)
+    lead = len(data.shape) - rank
+    dtype = str(data.dtype)
+    work = "float32" if dtype in ("float16", "bfloat16") else dtype
+    sizes = [w.in_size for w in windows]
+    nan_last = nan_index == "last" and is_float(work)
+
+    def pack(x, p):
+        """The key of value ``x`` (in ``work``) at plane position ``p`` (int32). Computed in
+        int32 where it can be (8 lanes of AVX2 instead of 4), widened once at the end."""
+        low = tirx.shift_left(tirx.const(LOW_MAX, "int32") - p, tirx.const(1, "int32"))
+        if is_float(work):
+            # (not `bits == INT32_MIN`: TVM 0.27's simplifier folds that comparison to false)
+            negative_zero = tirx.all(x == tirx.const(0, work), tirx.reinterpret("int32", x) < tirx.const(0, "int32"))
+            low = tirx.bitwise_or(low, negative_zero.astype("int32"))
+            if nan_last:
+                low = tirx.Select(is_nan(x), tirx.shift_left(p, tirx.const(1, "int32")), low)
+        return tirx.bitwise_or(tirx.shift_left(_order(x, work).astype("int64"), tirx.const(32, "int64")),
+                               low.astype("int64"))
+
+    def element_key(x, idx):
+        return pack(x.astype(work), row_major(idx[lead:], sizes).astype("int32"))
+
+    best = window_max(data, windows, kind="max_index", name="max_pool_key", keys=element_key)
+
+    def unpacked(*idx):
+        k = best(*idx)
+        order = tirx.shift_right(k, tirx.const(32, "int64")).astype("int32")
+        low = tirx.bitwise_and(k, tirx.const(0xFFFFFFFF, "int64"))
+        q = tirx.shift_right(low, tirx.const(1, "int64"))
+        p = tirx.const(LOW_MAX, "int64") - q
+        if nan_last:
+            p = tirx.Select(order == tirx.const(NAN_ORDER, "int32"), q, p)
+        if fold_plane_offset:
+            plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
+            p = row_major(idx[:lead], data.shape[:lead]) * plane + p
+        if is_float(work):
+            flag = tirx.bitwise_and(low, tirx.const(1, "int64")) != tirx.const(0, "int64")
+            signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
+            bits = tirx.Select(tirx.any(order < tirx.const(0, "int32"), flag), signed, order)
+            value = tirx.reinterpret("float32", bits).astype(dtype)
+        else:
+            value = order.astype(dtype)
+        none = k == tirx.const(PAD_KEY, "int64")
+        return (tirx.Select(none, max_identity(dtype), value),
+                tirx.Select(none, tirx.const(_SENTINEL_INDEX, "int64"), p))
+
+    shape = out_shape(data, windows)
+    attrs = block_attrs("max_index_finalize", rank)
+    values = layout.compute(data, shape, lambda *i: unpacked(*i)[0], name="max_pool", attrs=attrs)
+    index = layout.compute(data, shape, lambda *i: unpacked(*i)[1], name="max_pool_raw_index", attrs=attrs)
+    return values, index
+
+
+def _row_to_column_major(raw, sizes):
+    """Renumber a row-major position within a box of ``sizes`` column-major (int64)."""
+    coords = []
+    rest = raw
+    for n in reversed(sizes):
+        n = tirx.Cast("int64", n)
+        coords.append(tirx.floormod(rest, n))
+        rest = tirx.floordiv(rest, n)
+    coords.reverse()  # coords[i] is the position along axis i
+    flat = tirx.const(0, "int64")
+    for p, n in zip(reversed(coords), reversed(sizes)):
+        flat = flat * tirx.Cast("int64", n) + p
+    return flat
