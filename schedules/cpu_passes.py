@@ -353,8 +353,8 @@ def _widens_to_64_bits(pad_block) -> bool:
 
 def _vectorize_pad_interior(sch, pad, config: CpuConfig) -> None:
     """The padded copy's innermost loop cut at the data's edges, the interior in TVM vector
-    pieces (:func:`_row_pieces`, lanes of the data's type); left as it is when the edges or
-    the pieces cannot be found."""
+    pieces (:func:`_vectorize_padded_row`, lanes of the data's type); left as it is when the
+    edges cannot be found or the interior would take too many pieces."""
     inner = sch.get_loops(pad)[-1]
     block = sch.get(pad)
     data = analysis.pad_data_range(block)
@@ -364,13 +364,8 @@ def _vectorize_pad_interior(sch, pad, config: CpuConfig) -> None:
     lo, hi = data[0], min(data[0] + data[1], extent)
     longest, lanes = vector_row_lanes(config, analysis.region_dtype(block.reads[0]))
     pieces = _row_pieces(hi - lo, longest, lanes)
-    if not pieces or len(pieces) > config.max_padded_row_pieces:  # a long row stays LLVM's (one loop)
-        return
-    factors = ([lo] if lo else []) + pieces + ([extent - hi] if hi < extent else [])
-    parts = sch.loop_partition(inner, factors[:-1] + [None]) if len(factors) > 1 else [inner]
-    for part, length in zip(parts[1 if lo else 0 :], pieces):
-        if length >= config.min_rest_lanes or len(pieces) == 1:
-            sch.vectorize(part)
+    if pieces and len(pieces) <= config.max_padded_row_pieces:  # a long row stays LLVM's (one loop)
+        _vectorize_padded_row(sch, inner, (lo, hi, pieces), config)
 
 
 def _partition_pad_rows(sch, pad) -> None:

@@ -1,23 +1,21 @@
 """The (value, index) max of MaxPool with Indices, in two forms, and the stage that turns the
 position found into the numbering requested.
 
-- **Passes** (static geometry, :func:`tvm_pool.compute.forms.argmax_passes`): one elementwise
-  pass per windowed axis, innermost first, each with two outputs: the max over the pass's taps
-  and the offset, in the data's row-major numbering relative to the window's first tap, of the
-  first tap (in scan order) that holds it. The first pass reduces the innermost axis and keeps
-  the first maximum of each row; each later pass keeps the earliest row (plane) whose maximum
-  equals the window's, with that row's offset. Scan order is row-major, so the first maximum of
-  the window lies in the earliest row that holds it, at that row's first maximum: the passes
-  find exactly the tap that a scan of the whole window finds. The passes read the padded copy
-  (:func:`~tvm_pool.compute.windows.padded`); a tap in the padding or the ceil-mode overhang
-  never matches (its position is tested, as a select, not as a guarded load), so every tap is
-  an unconditional load and a pass is a chain of compares and selects that vectorises.
-- **Reduction** (any geometry, symbolic too): one comm_reducer over each window's taps,
-  (value, index) pairs with a let-bound combiner.
+- **Keys** (static sizes, :func:`uses_keys`): each data element becomes an int64 key, its
+  value mapped to an int32 of the same order in the high half and its position in the plane in
+  the low half, the earlier position the larger (see :data:`LOW_MAX`). The first maximum in
+  scan order is then the largest key among the equal values, so the pool is
+  :func:`.window_reduce.window_max` over the keys, in whatever form a max takes (separable
+  passes, ...), and every schedule of a window max serves it; the result is unpacked into the
+  value and the position. The padding holds the least key, so it never wins a tie.
+- **Reduction** (symbolic sizes, 64-bit types, planes over :data:`MAX_PLANE`): one
+  comm_reducer over each window's taps, (value, index) pairs with a let-bound combiner, which
+  TVM 0.27 does not vectorise (tests/test_tvm_vectorize_let.py).
 
 NaN: a NaN beats every number. Among NaNs the first wins (``nan_index="first"``, ONNX) or the
 last (``"last"``, PyTorch's CPU kernels); among equal numbers, always the first. A window that
-sees no data gives the max identity and index -1.
+sees no data gives the max identity and index -1. The keys return a NaN window's value as the
+canonical NaN (docs/conformance.md).
 """
 
 from __future__ import annotations
@@ -32,10 +30,6 @@ from .common import (
 )
 from .window_reduce import window_max
 from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access
-
-# The offset a pass gives a window (row, plane) in which no tap matched: no data under it.
-NO_OFFSET = -1
-
 
 def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="first"):
     """``(values, indices)`` of max pooling ``data`` over ``windows`` (see
@@ -165,32 +159,39 @@ def _argmax_keys(data, windows, nan_index, fold_plane_offset):
 
     best = window_max(data, windows, kind="max_index", name="max_pool_key", keys=element_key)
 
-    def unpacked(*idx):
+    def order_of(k):
+        return tirx.shift_right(k, tirx.const(32, "int64")).astype("int32")
+
+    def no_data(k):
+        return k == tirx.const(PAD_KEY, "int64")
+
+    def value(*idx):
         k = best(*idx)
-        order = tirx.shift_right(k, tirx.const(32, "int64")).astype("int32")
-        low = tirx.bitwise_and(k, tirx.const(0xFFFFFFFF, "int64"))
-        q = tirx.shift_right(low, tirx.const(1, "int64"))
+        order = order_of(k)
+        if is_float(work):
+            negative_zero = tirx.bitwise_and(k, tirx.const(1, "int64")) != tirx.const(0, "int64")
+            signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
+            bits = tirx.Select(tirx.any(order < tirx.const(0, "int32"), negative_zero), signed, order)
+            x = tirx.reinterpret("float32", bits).astype(dtype)
+        else:
+            x = order.astype(dtype)
+        return tirx.Select(no_data(k), max_identity(dtype), x)
+
+    def position(*idx):
+        k = best(*idx)
+        q = tirx.shift_right(tirx.bitwise_and(k, tirx.const(0xFFFFFFFF, "int64")), tirx.const(1, "int64"))
         p = tirx.const(LOW_MAX, "int64") - q
         if nan_last:
-            p = tirx.Select(order == tirx.const(NAN_ORDER, "int32"), q, p)
+            p = tirx.Select(order_of(k) == tirx.const(NAN_ORDER, "int32"), q, p)
         if fold_plane_offset:
             plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
             p = row_major(idx[:lead], data.shape[:lead]) * plane + p
-        if is_float(work):
-            flag = tirx.bitwise_and(low, tirx.const(1, "int64")) != tirx.const(0, "int64")
-            signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
-            bits = tirx.Select(tirx.any(order < tirx.const(0, "int32"), flag), signed, order)
-            value = tirx.reinterpret("float32", bits).astype(dtype)
-        else:
-            value = order.astype(dtype)
-        none = k == tirx.const(PAD_KEY, "int64")
-        return (tirx.Select(none, max_identity(dtype), value),
-                tirx.Select(none, tirx.const(_SENTINEL_INDEX, "int64"), p))
+        return tirx.Select(no_data(k), tirx.const(_SENTINEL_INDEX, "int64"), p)
 
     shape = out_shape(data, windows)
     attrs = block_attrs("max_index_finalize", rank)
-    values = layout.compute(data, shape, lambda *i: unpacked(*i)[0], name="max_pool", attrs=attrs)
-    index = layout.compute(data, shape, lambda *i: unpacked(*i)[1], name="max_pool_raw_index", attrs=attrs)
+    values = layout.compute(data, shape, value, name="max_pool", attrs=attrs)
+    index = layout.compute(data, shape, position, name="max_pool_raw_index", attrs=attrs)
     return values, index
 
 
