@@ -68,12 +68,14 @@ def parallel_loops(sch, block, rank: int, out_in_par: int, source_bytes, config:
     loops = sch.get_loops(block)
     if len(loops) != len(info.iter_vars):
         raise ValueError("channel-last block is not a plain loop nest")
-    lead = [loops[i] for i in roles.lead]
     out = [loops[i] for i in roles.spatial]
     channel = loops[roles.channel]
     extents = [analysis.loop_extent(sch, l) for l in loops[: roles.channel + 1]]
-    if any(e is None for e in extents):
-        raise ValueError("channel-last schedules need static shapes")
+    if any(extents[i] is None for i in [*roles.spatial, roles.channel]):
+        raise ValueError("channel-last schedules need static spatial sizes and channels")
+    # a symbolic batch stays a serial loop around the parallel one (see cpu_passes._planes_parallel)
+    symbolic = [k for k, i in enumerate(roles.lead) if extents[i] is None]
+    lead = [loops[i] for i in roles.lead[symbolic[-1] + 1 if symbolic else 0 :]]
     if row_tile and not out_in_par and (extents[roles.spatial[0]] or 0) > row_tile:
         # the first output axis in tiles of about ``row_tile`` outputs, the tiles in parallel
         outer, out[0] = sch.split(out[0], [-(-extents[roles.spatial[0]] // row_tile), None])

@@ -82,13 +82,18 @@ def _place_passes(sch, chain, source_bytes, config: CpuConfig):
 def _planes_parallel(sch, chain, source_bytes, config: CpuConfig):
     """Channel-first: planes (and the outer output axis when planes are few) fused into one
     loop, parallel when the input is large enough. Returns (that loop, the loops fused into
-    it, the output loops of the spatial axes)."""
+    it, the output loops of the spatial axes). A symbolic batch (a dynamic batch of
+    torch.export or ONNX) stays a serial loop around it: the static lead loops inside it are
+    the planes (fusing a symbolic loop puts symbolic floordiv/floormod into every index)."""
     loops = sch.get_loops(chain.passes[-1])
     rank = chain.spatial_rank
     lead, out = list(loops[: len(loops) - rank]), list(loops[len(loops) - rank :])
     extents = [analysis.loop_extent(sch, l) for l in loops]
-    if any(e is None for e in extents):
-        raise ValueError("separable passes need static shapes")
+    if any(e is None for e in extents[len(lead) :]):
+        raise ValueError("separable passes need static spatial shapes")
+    symbolic = [i for i, e in enumerate(extents[: len(lead)]) if e is None]
+    if symbolic:
+        lead, extents = lead[symbolic[-1] + 1 :], extents[symbolic[-1] + 1 :]
     planes = analysis.product(extents[: len(lead)]) or 1
     par_loops = list(lead)
     if planes < 4 * config.num_threads and len(out) > 1:

@@ -34,27 +34,19 @@ def schedule_block(sch: s_tir.Schedule, block, config: CpuConfig, level: int = F
         raise ValueError("pool block is not a plain loop nest")
     spatial, reduce_loops = list(loops[:n_spatial]), list(loops[n_spatial:])
     extents = [analysis._extent(iv.dom) for iv in info.iter_vars]  # pylint: disable=protected-access
-    if any(e is None for e in extents):
-        # Symbolic extents (runtime output sizes, dynamic batch): fusing or splitting a symbolic
-        # loop puts symbolic floordiv/floormod into every index, and TVM 0.27's simplifier
-        # does not come back from that on these reductions. Parallelise the leading loops whose
-        # extents are known, fused, and leave the rest as they are.
-        static_lead = []
-        for loop, extent in zip(loops[:n_spatial], extents[:n_spatial]):
-            if extent is None:
-                break
-            static_lead.append(loop)
-        if static_lead:
-            sch.parallel(sch.fuse(*static_lead) if len(static_lead) > 1 else static_lead[0])
-        elif n_spatial > 1:
-            sch.parallel(loops[0])
-        return
     rank = len(reduce_loops)
+    symbolic = [i for i, e in enumerate(extents) if e is None]
+    # a symbolic batch (or channel count) alone: those leading loops stay serial around the
+    # schedule of the rest (below), which neither fuses nor splits them
+    n_lead = len(analysis.axis_roles(info, rank).lead) if rank else 0
+    peel = symbolic[-1] + 1 if symbolic and symbolic[-1] < n_lead else 0
+    if symbolic and not peel:
+        _parallel_static_lead(sch, loops[:n_spatial], extents[:n_spatial])
+        return
     if analysis.is_channel_last(info) and rank:
         cpu_channels.schedule_reduction(sch, block, rank, config, level)
         return
-    n_lead = max(n_spatial - rank, 0)
-    lead, out = spatial[:n_lead], spatial[n_lead:]
+    lead, out = spatial[peel:n_lead], spatial[n_lead:]
     consumers = analysis.attachable_consumers(sch, block)
     pads = [p for p in sch.get_producers(block) if analysis.pool_kind(sch.get(p)) == "pad"]
     if level == FULL and len(info.writes) == 1 and lead and out and pads:
@@ -107,6 +99,22 @@ def schedule_block(sch: s_tir.Schedule, block, config: CpuConfig, level: int = F
             sch.compute_inline(p)
     if partial is not None:
         partial[1]()
+
+
+def _parallel_static_lead(sch, spatial, extents) -> None:
+    """Symbolic extents (runtime output sizes): fusing or splitting a symbolic loop puts symbolic
+    floordiv/floormod into every index, and TVM 0.27's simplifier does not come back from that
+    on these reductions. Parallelise the leading loops whose extents are known, fused, and
+    leave the rest as they are."""
+    static_lead = []
+    for loop, extent in zip(spatial, extents):
+        if extent is None:
+            break
+        static_lead.append(loop)
+    if static_lead:
+        sch.parallel(sch.fuse(*static_lead) if len(static_lead) > 1 else static_lead[0])
+    elif len(spatial) > 1:
+        sch.parallel(spatial[0])
 
 
 def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):

@@ -36,7 +36,7 @@ def chain_tile(extents: list, config: CudaConfig) -> tuple[int, int, int]:
             tw = warp
     pb = 1
     outer = extents[:-2] if len(extents) >= 2 else []
-    if th == oh and tw == ow and outer:
+    if th == oh and tw == ow and outer and outer[-1] is not None:
         pb = largest_divisor_at_most(outer[-1], max(1, threads // (th * tw)) // tile_scale or 1)
     return pb, th, tw
 
@@ -85,9 +85,9 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
         sizes = channel_last.tile_sizes(extents, config, per)
         block_loops, thread_loops = channel_last.tile_loops(sch, block, loops, extents, sizes)
         tile = analysis.product([s if e is None else min(s, e) for s, e in zip(sizes, extents)])
-    elif any(e is None for e in extents):
-        raise ValueError("tiles need static shapes")
-    else:
+    elif any(e is None for e in extents[-2:]):
+        raise ValueError("tiles need static output rows and columns")
+    else:  # a symbolic batch or channel count: a block loop (planes per block from static ones)
         pb, th, tw = chain_tile(extents, config)
         block_loops, thread_loops = _tile_loops(sch, loops, extents, (pb, th, tw))
         tile = pb * th * tw

@@ -431,7 +431,7 @@ def _dynamic_batch_module():
 
 def test_simulation_dynamic_batch():
     """A symbolic batch (N is a block loop of every channel-last tile): the staged chain and the
-    16-byte pass are scheduled (channel-first declines symbolic tiles), and equal the unscheduled
+    16-byte pass are scheduled (as channel-first ones are, test_schedules_cuda.py), and equal the unscheduled
     compute."""
     mod = _dynamic_batch_module()
     xs = [cc.data([3, 20, 20, 8], "float32", nan=True), cc.data([3, 16, 16, 8], "float32", seed=1, nan=True)]

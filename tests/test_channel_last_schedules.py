@@ -463,6 +463,36 @@ def test_fused_graphs_scheduled_equal_unscheduled(name, shapes, dtype, body):
             assert _top_level_nests(func) == (2 if name == "avg_concat" else 1), f"{name}: {fname}"
 
 
+def _vm(mod, schedule):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex = tvm_pool.compile(mod, target=resolve_target("host"), schedule=schedule)
+    return relax.VirtualMachine(ex, tvm.cpu())["main"]
+
+
+@x86_only
+@pytest.mark.parametrize("name,shapes,dtype,body", graphs(), ids=[g[0] for g in graphs()])
+def test_fused_graphs_with_a_symbolic_batch(name, shapes, dtype, body):
+    """The same graphs with a symbolic batch (torch.export's Dim, TFLite's -1): the batch is a
+    serial loop around the parallel one, every pooling PrimFunc is scheduled (x86 and aarch64),
+    and one module equals the unscheduled one at two batch sizes."""
+    n = tirx.Var("n", "int64")
+    mod = graph_module([[n, *s[1:]] for s in shapes], dtype, body)
+    for target in (resolve_target("host"), A72):
+        funcs = pool_primfuncs(mod, target)
+        assert funcs, name
+        for fname, func in funcs.items():
+            assert func.attrs is not None and "tirx.is_scheduled" in func.attrs, f"{name}: {fname} unscheduled"
+            assert "T.parallel" in func.script() and "T.vectorized" in func.script(), f"{name}: {fname}"
+    ours, reference = _vm(mod, True), _vm(mod, False)
+    for batch in (1, 3):
+        inputs = [tvm.runtime.tensor(x) for x in _graph_inputs([[batch, *s[1:]] for s in shapes], dtype, seed=batch)]
+        got, want = ours(*inputs), reference(*inputs)
+        got, want = ([got], [want]) if isinstance(got, tvm.runtime.Tensor) else (got, want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
 def _top_level_nests(func) -> int:
     body = func.body.block.body if isinstance(func.body, s_tir.SBlockRealize) else func.body
     return len(list(body)) if isinstance(body, tirx.SeqStmt) else 1

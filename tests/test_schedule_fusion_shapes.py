@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import s_tir, te, tirx, topi
 
 from tvm_pool import compute
@@ -75,23 +76,33 @@ SHAPES = {
         ),
     ),
     "direct_pool_concat": ([(1, 4, 8, 8), (1, 2, 4, 4)], lambda x, y: [_concat(compute.max_pool(x, [2, 2], strides=[2, 2]), y)]),
+    # reductions (a global average, adaptive bins, a non-overlapping padded average)
+    "global_avg_relu": ([(2, 8, 7, 7)], lambda x: [_relu(compute.global_pool(x, "avg"))]),
+    "adaptive_avg_add": ([(1, 4, 10, 9), (1, 4, 3, 4)], lambda x, y: [_add(compute.adaptive_avg_pool(x, [3, 4]), y)]),
+    "avg_2x2_padded": ([(1, 4, 9, 9)], lambda x: [compute.avg_pool(x, [2, 2], strides=[2, 2], pads=[1, 1, 0, 0])]),
     # large enough for the parallel paths (planes in parallel, the Concat's own parallel loop)
     "concat_large": ([(2, 16, 48, 48)], lambda x: [_concat(_max3(_relu(x)), _relu(x))]),
 }
 
 
-def _prim_func(name):
+def _prim_func(name, batch=None):
+    """The graph ``name`` as one PrimFunc; with ``batch`` (a symbolic size), every input's batch
+    dimension is that size (a dynamic batch of torch.export or ONNX)."""
     shapes, build = SHAPES[name]
-    inputs = [te.placeholder(s, "float32", name=f"in{i}") for i, s in enumerate(shapes)]
+    placeholder_shapes = [s if batch is None else (batch, *s[1:]) for s in shapes]
+    inputs = [te.placeholder(s, "float32", name=f"in{i}") for i, s in enumerate(placeholder_shapes)]
     outputs = build(*inputs)
     return te.create_prim_func(inputs + list(outputs)).with_attr("global_symbol", "main"), shapes, outputs
 
 
-def _run(func, shapes, outputs, seed=0):
+def _run(func, shapes, outputs, seed=0, batch=None):
     rng = np.random.default_rng(seed)
     lib = tvm.compile(tvm.IRModule({"main": func}), target=TARGET)
+    if batch is not None:
+        shapes = [(batch, *s[1:]) for s in shapes]
     args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in shapes]
-    outs = [tvm.runtime.tensor(np.full([int(d) for d in o.shape], 7.5, dtype=str(o.dtype))) for o in outputs]
+    out_shapes = [[batch if batch is not None and i == 0 else int(d) for i, d in enumerate(o.shape)] for o in outputs]
+    outs = [tvm.runtime.tensor(np.full(s, 7.5, dtype=str(o.dtype))) for s, o in zip(out_shapes, outputs)]
     lib["main"](*args, *outs)
     return [o.numpy() for o in outs]
 
@@ -106,6 +117,30 @@ def test_scheduled_equals_unscheduled(name):
     got = _run(sch.mod["main"].with_attr("global_symbol", "main"), shapes, outputs)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
+
+
+def _kinds_of_loops(func):
+    kinds = set()
+    tvm_ffi.structural_walk(func, (tirx.For, lambda loop: kinds.add(int(loop.kind))))
+    return kinds
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_symbolic_batch_scheduled_equals_unscheduled(name):
+    """A symbolic batch (torch.export's ``Dim``, an ONNX ``N``): the batch stays a serial loop
+    around the parallel planes, and the function is scheduled (values-only passes were left
+    unscheduled here before), equal to unscheduled at two batch sizes."""
+    func, shapes, outputs = _prim_func(name, batch=tirx.Var("n", "int64"))
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    assert sch is not None, "the rule declined a PrimFunc with a pool"
+    scheduled = sch.mod["main"].with_attr("global_symbol", "main")
+    assert int(tirx.ForKind.PARALLEL) in _kinds_of_loops(scheduled), "no parallel loop"
+    for batch in (1, 3):
+        want = _run(func, shapes, outputs, batch=batch)
+        got = _run(scheduled, shapes, outputs, batch=batch)
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w)
 
 
 def _loop_depth_of(sch, block_name):
