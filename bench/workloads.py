@@ -97,6 +97,14 @@ def workloads(quick: bool) -> list[Workload]:
                  dict(kernel_shape=[32], strides=[1], pads=[16, 16])),
         Workload("longwin_avg1d", "1-D avg k64 s32 (audio frames)", "AveragePool", [1, 128, 16000],
                  dict(kernel_shape=[64], strides=[32])),
+        # held-out shapes (issue 23): measured once the schedules were written, not tuned to
+        Workload("small_maxpool", "3x3 s2 p1 max, small plane (held out)", "MaxPool", [1, 32, 40, 40],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        Workload("avgpool_s1_28", "3x3 s1 p1 avg at 28x28 (held out)", "AveragePool", [1, 64, 28, 28],
+                 dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+        Workload("resnet18_gap", "ResNet-18 head (held out)", "GlobalAveragePool", [1, 512, 7, 7]),
+        Workload("maxpool_int8_56", "int8 3x3 s2 p1 max at 56x56 (held out)", "MaxPool", [1, 64, 56, 56],
+                 dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), dtype="int8"),
     ]
     if quick:
         w = [x for x in w if x.name in QUICK]

@@ -8,7 +8,7 @@ compile time and TVM 0.27's scalable vectorisation does not cover these reductio
   max has (``isnan`` select), and LLVM folds the select into it.
 - float16: with ``+fullfp16`` (Armv8.2-A, e.g. ``mcpu`` cortex-a76 / neoverse-n1) NEON computes
   8 half lanes natively; without it LLVM widens each half to float32 (4 lanes a register), so the
-  tile is sized for that.
+  tile is sized for that. A half max is computed on int16 keys (``compute.common.half_order``).
 - int8 / uint8: 16 lanes (SMAX / UMAX); int16 8 lanes.
 - bfloat16 arithmetic goes through float32 (4 lanes).
 - No gather, but de-interleaving loads (LD2/LD3/LD4): strided pass rows are TVM-vectorised and

@@ -6,6 +6,7 @@ TVM's LLVM, so they run everywhere and quickly.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -250,9 +251,12 @@ def test_row_pieces(n, longest, lanes, long_chunks, want):
     assert cpu_passes._row_pieces(n, longest, lanes, long_chunks) == want  # pylint: disable=protected-access
 
 
-def test_native_fp16_with_fullfp16():
-    model = pool_model("MaxPool", [1, 8, 32, 32], "float16", kernel_shape=[2, 2], strides=[2, 2])
-    assert "fmax\tv" in _asm(model, A76) and ".8h" in _asm(model, A76)
+@pytest.mark.parametrize("target", [A76, A72], ids=["fullfp16", "no_fullfp16"])
+def test_half_max_in_16_bit_lanes(target):
+    """A float16 max runs on int16 keys (compute.common.half_order): 8 lanes a register, never
+    widened to float32, with or without half-precision arithmetic."""
+    asm = _asm(pool_model("MaxPool", [1, 8, 32, 32], "float16", kernel_shape=[2, 2], strides=[2, 2]), target)
+    assert re.search(r"smaxp?\tv\d+\.8h", asm) and "fcvtl" not in asm
 
 
 def test_x86_unchanged_by_the_arm_rewrite():

@@ -97,6 +97,46 @@ def nan_max_reducer(dtype: str):
     return te.comm_reducer(combine, identity, name="nan_max")
 
 
+# 16-bit floats as int16 of the same order (:func:`half_order`): the bits of +inf; past them, on
+# each sign, the NaNs.
+HALF_INF_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80}
+
+
+def _flip_negatives(bits):
+    """``bits`` with the magnitude bits of a negative int16 inverted (its own inverse)."""
+    sign = tirx.shift_right(bits, tirx.const(15, "int16"))
+    return tirx.bitwise_xor(bits, tirx.bitwise_and(sign, tirx.const(0x7FFF, "int16")))
+
+
+def _nan_count(dtype: str) -> int:
+    """How many NaN bit patterns one sign of ``dtype`` has."""
+    return 0x7FFF - HALF_INF_BITS[dtype]
+
+
+def half_order(x, dtype: str):
+    """A float16/bfloat16 ``x`` as an int16 that orders as the value does, with every NaN above
+    +inf, so a NaN-propagating max of the values is the int16 max of these: four vector
+    operations per element and 16-bit integer lanes where CPUs lack half-precision arithmetic
+    (x86 without AVX512-FP16).
+
+    The bits with the magnitude inverted when negative order the numbers (-0.0 just below
+    +0.0), the positive NaNs above +inf and the negative NaNs below -inf; moving every key down
+    by the count of NaNs of one sign (wrapping: int16 arithmetic in TVM's LLVM code wraps) takes
+    the negative NaNs round to the top, so no select is needed."""
+    flipped = _flip_negatives(tirx.reinterpret("int16", x))
+    return tirx.Sub(flipped, tirx.const(_nan_count(dtype), "int16"))
+
+
+def half_from_order(key, dtype: str):
+    """The float16/bfloat16 value of a :func:`half_order` key (a NaN keeps its bits)."""
+    return tirx.reinterpret(dtype, _flip_negatives(tirx.Add(key, tirx.const(_nan_count(dtype), "int16"))))
+
+
+def half_order_of_minus_inf(dtype: str) -> int:
+    """:func:`half_order` of -inf (the padding of a max), as a Python int: the least int16."""
+    return -(1 << 15)
+
+
 NAN_INDEX_RULES = ("first", "last")
 
 
