@@ -119,14 +119,16 @@ def uses_keys(windows, dtype: str, shape=None) -> bool:
 def _order(x, work):
     """``x`` as an int32 that orders like the value: the bits of a number >= +0.0, minus the
     magnitude's bits of a negative one (-0.0 orders as +0.0: a tie), NAN_ORDER for every NaN.
-    Written so that a vector of it is 5 int32 operations (and, sub, sign blend, unordered
-    compare, blend)."""
+    Written so that a vector of it is 6 int32 operations and no float compare (and, shift,
+    xor, sub, compare, blend: MaxPool 3x3 s2 p1 with Indices over 1x64x112x112, 1 thread,
+    0.705 -> 0.66 ms; with the sign as a blend, or NaN as an unordered compare, 0.70)."""
     if not is_float(work):
         return x.astype("int32")
     bits = tirx.reinterpret("int32", x)
     magnitude = tirx.bitwise_and(bits, tirx.const(0x7FFFFFFF, "int32"))
-    number = tirx.Select(bits < tirx.const(0, "int32"), tirx.const(0, "int32") - magnitude, magnitude)
-    return tirx.Select(is_nan(x), tirx.const(NAN_ORDER, "int32"), number)
+    sign = tirx.shift_right(bits, tirx.const(31, "int32"))  # 0, or -1 for a negative value
+    number = tirx.bitwise_xor(magnitude, sign) - sign  # -magnitude where negative
+    return tirx.Select(magnitude > tirx.const(0x7F800000, "int32"), tirx.const(NAN_ORDER, "int32"), number)
 
 
 def _argmax_keys(data, windows, nan_index, fold_plane_offset):
