@@ -257,12 +257,12 @@ def to_markdown(rows: list[dict], summary: dict) -> str:
         match = "yes" if r.get("tvm_pool_match") else "NO"
         lines.append(f"| {r['workload']} | {r['dtype']} | {_m(r['tvm_pool'])} | {stock} | {_m(r['lower_bound'])} | {ratio} | "
                      f"{bound} | {per_out} | {match} |")
-    lines += [
-        "",
-        f"Geometric mean of tvm_pool / stock TVM: **{summary['geomean_ratio']:.3f}x** "
-        f"(over {summary['n_ratio']} workloads stock TVM builds; below stock on {summary['below_stock']} of them); "
-        f"tvm_pool over the lower bound: {summary['geomean_vs_bound']:.2f}x (geometric mean).",
-    ]
+    if summary["geomean_ratio"] is None:  # no workload stock TVM builds (e.g. --only maxpool_indices)
+        vs_stock = "Geometric mean of tvm_pool / stock TVM: n/a (stock TVM builds none of these workloads)"
+    else:
+        vs_stock = (f"Geometric mean of tvm_pool / stock TVM: **{summary['geomean_ratio']:.3f}x** "
+                    f"(over {summary['n_ratio']} workloads stock TVM builds; below stock on {summary['below_stock']} of them)")
+    lines += ["", f"{vs_stock}; tvm_pool over the lower bound: {summary['geomean_vs_bound']:.2f}x (geometric mean)."]
     lines += _channel_last_markdown(rows, summary)
     lines += ["", f"Machine: {summary['machine']}; {summary['qemu']}."]
     return "\n".join(lines) + "\n"

@@ -243,3 +243,16 @@ def test_one_workload_every_peer(no_settle):
     assert row["pct_copy"] == pytest.approx(100 * row["copy_ms"] / row["ms"]["tvm_pool"])
     assert res["geomean_speedup"] == pytest.approx(row["speedup"]) and res["rounds"] == timing.ROUNDS
     assert "| resnet_gap | float32 |" in runner.to_markdown([res])
+
+
+def test_arm_markdown_without_a_stock_build():
+    """`arm_instructions --only maxpool_indices` (no workload stock TVM builds) still reports."""
+    from tvm_pool.bench import arm_instructions
+
+    row = {"workload": "maxpool_indices", "base": "maxpool_indices", "layout": "channel_first", "dtype": "float32",
+           "tvm_pool": 9.5e6, "tvm": None, "tvm_error": "import fails", "lower_bound": 3.5e5, "ratio": None,
+           "vs_lower_bound": 27.0, "outputs": 200704, "tvm_pool_match": True}
+    summary = {"geomean_ratio": None, "n_ratio": 0, "below_stock": 0, "geomean_vs_bound": 27.0, "channel_last": {},
+               "machine": "x86_64 host, 2 cores", "qemu": "qemu-aarch64 version 7.2"}
+    md = arm_instructions.to_markdown([row], summary)
+    assert "| maxpool_indices | float32 | 9.500 |" in md and "stock TVM builds none of these workloads" in md
