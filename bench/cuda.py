@@ -323,12 +323,16 @@ def to_markdown(result: dict) -> str:
     gpu = result["gpu"]
     device = f"{result['device']} ({gpu['name']}, CUDA driver {gpu['driver']}, TVM built with CUDA {gpu['tvm_cuda']})"
     lines = [
-        f"GPU benchmark on {device}: median ms per call (synchronised); GB/s = minimum bytes / tvm_pool's time;"
-        " % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time",
+        f"GPU benchmark on {device}: {result.get('timing', 'median ms per call (synchronised)')}; GB/s = minimum "
+        "bytes / tvm_pool's time; % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time",
         "",
         *_table(result["rows"], PEERS),
         "", _summary(result),
     ]
+    if "checks" in result:
+        c = result["checks"]
+        lines.insert(1, f"\nGPU checks (the gpu-marked tests' cases, tests/gpu_bundle.py): {c['passed']} of {c['total']} "
+                        "passed" + (f"; failed: {', '.join(sorted(c['failed']))}" if c["failed"] else ""))
     if "channel_last" in result:
         cl = result["channel_last"]
         lines += ["", "Channel-last workloads (NHWC/NDHWC; every result checked against NumPy before timing; "
@@ -366,16 +370,38 @@ def main(args) -> int:
     ``--output-dir``)."""
     repeat = args.repeat or (20 if args.quick else 100)
     only = set(args.only.split(",")) if args.only else None
+    if getattr(args, "replayed", None):
+        with open(args.replayed, encoding="utf-8") as fh:
+            return write_report(replayed(json.load(fh)), args.output_dir)
     try:
         result = run(args.quick, repeat, only)
     except NoDevice as err:
         print(f"tvm-pool bench --device cuda: {err}; nothing timed", file=sys.stderr)
         return 2
-    os.makedirs(args.output_dir, exist_ok=True)
+    return write_report(result, args.output_dir)
+
+
+def write_report(result: dict, output_dir: str) -> int:
+    os.makedirs(output_dir, exist_ok=True)
     md = to_markdown(result)
     for name, text in (("bench_cuda.json", json.dumps(result, indent=1)), ("bench_cuda.md", md)):
-        with open(os.path.join(args.output_dir, name), "w", encoding="utf-8") as fh:
+        with open(os.path.join(output_dir, name), "w", encoding="utf-8") as fh:
             fh.write(text)
     print(md)
     return 0
+
+
+def replayed(run: dict) -> dict:
+    """The report's result from a bundle's run on a GPU (``bench/cuda_replay.py``): the same
+    rows, summarised here, and the GPU checks' tally."""
+    result = with_geomeans({"device": run["device"], "gpu": run["gpu"], "rows": [summarize(r) for r in run["rows"]]})
+    result["timing"] = ("median ms per call over rounds of back-to-back calls, one synchronisation a round "
+                        "(bench/cuda_replay.py; modules built here, run with TVM's runtime only)")
+    if run.get("channel_last_rows"):
+        result["channel_last"] = with_geomeans({"rows": [summarize(r) for r in run["channel_last_rows"]]},
+                                               CHANNEL_LAST_MEANS)
+    checks = run.get("checks", [])
+    result["checks"] = {"passed": sum(c["ok"] for c in checks), "total": len(checks),
+                        "failed": {c["name"]: c["problems"] for c in checks if not c["ok"]}}
+    return result
 

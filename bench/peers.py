@@ -196,37 +196,42 @@ def peer_torch(model, x, threads, w: Workload = None):  # pylint: disable=unused
     return call, None
 
 
-def torch_call(w: Workload, t):
-    """PyTorch's functional pool for workload ``w`` on tensor ``t`` (CPU or GPU); NotAvailable
-    where PyTorch has no equivalent (a global pool that is not 2-D, asymmetric pads)."""
-    import torch  # pylint: disable=import-outside-toplevel
-    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
-
+def torch_spec(w: Workload) -> dict:
+    """PyTorch's functional pool for workload ``w``: ``{"fn": name in torch.nn.functional,
+    "args": positional arguments after the tensor, "kwargs": ..., "fused": Relu before and the
+    bias after}``; NotAvailable where PyTorch has no equivalent (a global pool that is not 2-D,
+    asymmetric pads). The GPU bundle (``cuda_bundle``) carries it to a machine without tvm_pool."""
     rank = len(w.shape) - 2
     a = w.attrs
     k = a.get("kernel_shape")
     if w.op.startswith("Global"):
-        fn = {"GlobalAveragePool": F.adaptive_avg_pool2d, "GlobalMaxPool": F.adaptive_max_pool2d}.get(w.op)
-        fn = fn if rank == 2 else None
-        if fn is None:
+        fn = {"GlobalAveragePool": "adaptive_avg_pool2d", "GlobalMaxPool": "adaptive_max_pool2d"}.get(w.op)
+        if fn is None or rank != 2:
             raise NotAvailable("no torch equivalent")
-        call = lambda: fn(t, 1)  # noqa: E731
-    else:
-        pads = a.get("pads", [0] * 2 * rank)
-        if pads[:rank] != pads[rank:]:
-            raise NotAvailable("asymmetric pads")
-        kw = dict(kernel_size=k, stride=a.get("strides", k), padding=pads[:rank], ceil_mode=bool(a.get("ceil_mode", 0)))
-        if w.op == "MaxPool":
-            fn = getattr(F, f"max_pool{rank}d")
-            kw["return_indices"] = w.indices
-        else:
-            fn = getattr(F, f"avg_pool{rank}d")
-            kw["count_include_pad"] = bool(a.get("count_include_pad", 0))
-        call = lambda: fn(t, **kw)  # noqa: E731
-        if w.fused:
-            bias = torch.from_numpy(fused_bias(w)).to(t.device)
-            call = lambda: fn(torch.relu(t), **kw) + bias  # noqa: E731
-    return call
+        return {"fn": fn, "args": [1], "kwargs": {}, "fused": w.fused}
+    pads = a.get("pads", [0] * 2 * rank)
+    if pads[:rank] != pads[rank:]:
+        raise NotAvailable("asymmetric pads")
+    kw = dict(kernel_size=k, stride=a.get("strides", k), padding=pads[:rank], ceil_mode=bool(a.get("ceil_mode", 0)))
+    if w.op == "MaxPool":
+        kw["return_indices"] = w.indices
+        return {"fn": f"max_pool{rank}d", "args": [], "kwargs": kw, "fused": w.fused}
+    kw["count_include_pad"] = bool(a.get("count_include_pad", 0))
+    return {"fn": f"avg_pool{rank}d", "args": [], "kwargs": kw, "fused": w.fused}
+
+
+def torch_call(w: Workload, t):
+    """PyTorch's functional pool for workload ``w`` (:func:`torch_spec`) on tensor ``t`` (CPU
+    or GPU)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
+
+    spec = torch_spec(w)
+    fn, args, kw = getattr(F, spec["fn"]), spec["args"], spec["kwargs"]
+    if spec["fused"]:
+        bias = torch.from_numpy(fused_bias(w)).to(t.device)
+        return lambda: fn(torch.relu(t), *args, **kw) + bias
+    return lambda: fn(t, *args, **kw)
 
 
 def peer_openvino(model, x, threads, w=None):  # pylint: disable=unused-argument

@@ -195,6 +195,12 @@ def parse_args(argv):
                    help="comma-separated workload names; nhwc (or channel_last): every channel-last workload")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default): the CPU peers; cuda: tvm_pool, stock TVM and PyTorch on a GPU (bench/cuda.py)")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="with --device cuda: build the GPU benchmark as a bundle in DIR for --arch, with no GPU "
+                        "(bench/cuda_bundle.py); run it with bench/cuda_replay.py on a machine with TVM's runtime")
+    p.add_argument("--arch", default="sm_90", help="with --export: the CUDA arch to build for (default sm_90)")
+    p.add_argument("--replayed", default=None, metavar="JSON",
+                   help="with --device cuda: the report of a bundle's run (bench_cuda_replay.json) instead of timing")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -203,6 +209,11 @@ def main(argv=None) -> int:
     """Runs one child process per thread count (``--child``: TVM reads TVM_NUM_THREADS once,
     at start), collects their JSON lines and writes the report."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cuda" and args.export:
+        from . import cuda_bundle  # pylint: disable=import-outside-toplevel
+
+        print(cuda_bundle.export(args.export, args.arch, args.quick, set(args.only.split(",")) if args.only else None))
+        return 0
     if args.device == "cuda":
         from . import cuda  # pylint: disable=import-outside-toplevel
 

@@ -125,6 +125,9 @@ KNOBS = (
     ("tile: pass tiles of half the rows (tile scale 2)", {"tile_scale": 2}),
     ("loads: scalar (16-byte loads off)", {"vector": False}),
     ("global: a thread per plane (warp reductions off)", {"warp": False}),
+    ("chains: one output per thread at any size, 1-D and channel-last too", {"one_output_per_thread_ranks": (1, 2, 3),
+                                                                          "min_outputs_two_per_thread": 1 << 62}),
+    ("chains: two outputs per thread on large 2-D/3-D tiles too", {"one_output_per_thread_ranks": ()}),
 )
 
 

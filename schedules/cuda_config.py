@@ -33,6 +33,13 @@ class CudaConfig:  # pylint: disable=too-many-instance-attributes
     # From this many outputs on, each thread computes two (consecutive threads still take
     # consecutive outputs: thread t of a block computes outputs t and t + blockDim).
     min_outputs_two_per_thread: int = 8192
+    # Channel-first separable chains of these spatial ranks take one output per thread at any
+    # size; 1-D chains and channel-last ones take two from ``min_outputs_two_per_thread``.
+    # Measured on an H100 (bench/cuda_replay.py, µs per call, one against two): 3-D 2x2x2 max
+    # 6.0 / 10.7, 3-D 2x2x2 average 5.8 / 8.9, global max 7x7 at batch 32 10.2 / 17.4, the
+    # ResNet stem at batch 32 57 / 68, a 3-D 1x3x3 max 11.8 / 13.0; but a 1-D k32 s1 chain
+    # 12.2 / 9.6 and an NDHWC 1x3x3 max 10.9 / 10.0.
+    one_output_per_thread_ranks: tuple = (2, 3)
     # Widest row tile kept whole (wider rows take warp-wide column tiles).
     max_whole_row: int = 64
     # A thread loads its contiguous input in pieces of this many bytes (ld.global.v4.f32, v8

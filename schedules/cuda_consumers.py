@@ -70,10 +70,11 @@ def keep_in_registers(sch, unit: Unit, binder: Binder) -> None:
 
 
 def _localize_attached(sch, attached: set, binder: Binder) -> None:
-    """An attached consumer whose every reader is attached too keeps its result in a register."""
+    """An attached consumer whose every reader is attached too keeps its result in a register;
+    so does one that nobody reads (MaxPool's index when only the values are used: CUDA cannot
+    allocate a global intermediate inside a kernel)."""
     for rv in _blocks_by_name(sch, attached):
-        readers = consumer_names(sch, rv)
-        if readers and readers <= attached:
+        if consumer_names(sch, rv) <= attached:
             localize(sch, rv, binder)
 
 

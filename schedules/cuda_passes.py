@@ -69,7 +69,7 @@ def _tile_loops(sch, loops, extents, tile):
     return block_loops, thread_loops
 
 
-def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
+def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, two_from: int | None = None):
     """Tile ``block``'s output loops (:func:`chain_tile`): a CUDA block per tile, a thread per
     output (two on large outputs), or per ``per`` consecutive outputs of the innermost axis
     (which must divide it; the tiles are then of groups of ``per``). Returns (block loop,
@@ -96,7 +96,7 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
         block_loops = [sch.add_unit_loop(thread_loops[0])]
     bx = sch.fuse(*block_loops) if len(block_loops) > 1 else block_loops[0]
     inner = sch.fuse(*thread_loops) if len(thread_loops) > 1 else thread_loops[0]
-    threads = block_threads(config, tile, outputs_per_thread(config, analysis.product(extents)))
+    threads = block_threads(config, tile, outputs_per_thread(config, analysis.product(extents), two_from))
     _, tx = sch.split(inner, [None, threads])
     binder.bind(bx, "blockIdx.x")
     binder.bind(tx, "threadIdx.x")
@@ -108,6 +108,15 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1):
 # --------------------------------------------------------------------------------------------
 
 
+def _two_per_thread_from(sch, chain: analysis.PassChain, config: CudaConfig) -> int:
+    """How many outputs a chain needs before its threads take two each (never for the
+    channel-first ranks of ``config.one_output_per_thread_ranks``)."""
+    channel_last = analysis.is_channel_last(sch.get(chain.passes[-1]))
+    if chain.spatial_rank in config.one_output_per_thread_ranks and not channel_last:
+        return 1 << 62
+    return config.min_outputs_two_per_thread
+
+
 def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: Binder) -> Unit:
     """A separable window reduction: the last pass one thread per output over a tile, the
     earlier passes into shared memory per tile (or inlined when not ``config.staged``). A
@@ -117,7 +126,7 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
     earlier = earlier_passes(sch, chain, config.staged)
     attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
     per = _vector_outputs(sch, final, config) if config.vector and not earlier else None
-    bx, tx, threads = tile_block(sch, final, config, binder, per or 1)
+    bx, tx, threads = tile_block(sch, final, config, binder, per or 1, _two_per_thread_from(sch, chain, config))
     stage(sch, earlier, bx, threads, binder)
     if per:
         load_pieces(sch, final, tx, vector_lanes(sch, final, config))

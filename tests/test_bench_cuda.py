@@ -6,6 +6,8 @@ GPU it runs."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 import json
 import re
 import types
@@ -172,3 +174,66 @@ def test_gpu_bench_one_workload(tmp_path):
     assert result["gpu"]["name"] == str(tvm.cuda(0).device_name) and result["device"] == f"CUDA {result['gpu']['arch']}"
     md = (tmp_path / "bench_cuda.md").read_text()
     assert result["gpu"]["name"] in md and f"CUDA driver {result['gpu']['driver']}" in md and "| resnet_gap |" in md
+
+
+def test_bundle_runs_with_the_runtime_only(tmp_path):
+    """The GPU bundle's path, on the CPU: ``--export`` builds (here with --arch cpu) modules,
+    inputs' recipes and expected samples; bench/cuda_replay.py runs them in a process with
+    TVM's runtime only (no compiler, no tvm_pool), checks every output before timing, and
+    ``--replayed`` makes the GPU report of its JSON. A wrong expected value fails its check."""
+    import subprocess
+    import sys
+
+    from tvm_pool.bench import cuda_bundle
+
+    import tvm_pool
+    from tvm import relax
+
+    bundle = cuda_bundle.Bundle(str(tmp_path / "b"), "cpu")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 2, 6, 6], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1]))
+        bb.emit_func_output(out)
+    ex = tvm_pool.compile(bb.get(), target="llvm")
+    xs = np.arange(72, dtype="float32").reshape(1, 2, 6, 6)
+    want = xs.reshape(1, 2, 3, 2, 3, 2)[:, :, :, 1, :, 1]  # 3x3 s2 p1 on a rising ramp: the bottom-right tap
+    cuda_bundle.add_check(bundle, "ramp", ex, [xs], [want], True)
+    cuda_bundle.add_check(bundle, "ramp_wrong", ex, [xs], [want + 1], True)
+    for w in bench_cuda.select(runner.workloads(True), {"resnet_gap"}) + bench_cuda.select(
+            bench_cuda.channel_last_workloads(True), {"nhwc_resnet_maxpool"}):
+        cuda_bundle.add_workload(bundle, w)
+    bundle.save()
+    replay = Path(runner.__file__).with_name("cuda_replay.py")
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": ""}
+    proc = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.modules['tvm_pool'] = None; "
+                           f"sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+                           str(replay), str(tmp_path / "b"), str(tmp_path / "out"), "--device", "cpu", "--repeat", "3",
+                           "--number", "2"], env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # ramp_wrong fails
+    run = json.loads((tmp_path / "out" / "bench_cuda_replay.json").read_text())
+    assert [(c["name"], c["ok"]) for c in run["checks"]] == [("ramp", True), ("ramp_wrong", False)]
+    assert "18 of 18 values differ" in run["checks"][1]["problems"][0]
+    (row,) = run["rows"]
+    assert row["workload"] == "resnet_gap" and {"tvm_pool", "tvm"} <= set(row["ms"]), row["na"]
+    (cl,) = run["channel_last_rows"]
+    assert {"tvm_pool", bench_cuda.CHANNEL_FIRST} <= set(cl["ms"]), cl["na"]
+    result = bench_cuda.replayed(run)
+    assert result["checks"] == {"passed": 1, "total": 2, "failed": {"ramp_wrong": run["checks"][1]["problems"]}}
+    md = bench_cuda.to_markdown(result)
+    assert "GPU checks (the gpu-marked tests' cases, tests/gpu_bundle.py): 1 of 2 passed; failed: ramp_wrong" in md
+    assert "| resnet_gap |" in md and "| nhwc_resnet_maxpool |" in md
+
+
+def test_export_from_the_command_line(tmp_path, capsys):
+    """``tvm-pool bench --device cuda --export DIR --arch ARCH``: the bundle's manifest, every
+    selected workload with tvm_pool's and stock TVM's modules (here for the CPU: no nvcc run)."""
+    assert runner.main(["--device", "cuda", "--export", str(tmp_path), "--arch", "cpu", "--quick",
+                        "--only", "resnet_gap"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (entry,) = manifest["bench"]
+    assert manifest["arch"] == "cpu" and entry["workload"] == "resnet_gap"
+    assert set(entry["modules"]) == {"tvm_pool", "tvm"} and all((tmp_path / m).exists() for m in entry["modules"].values())
+    assert entry["torch"]["fn"] == "adaptive_avg_pool2d" and entry["input"]["gen"] == "normal"
+    assert str(tmp_path / "manifest.json") in capsys.readouterr().out

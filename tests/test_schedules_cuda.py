@@ -196,6 +196,18 @@ def test_simulation_fused(case):
     check_simulation(mod, nan=False)
 
 
+@pytest.mark.parametrize("case", FUSED, ids=[c[0] for c in FUSED])
+def test_fused_builds_for_cuda(case):
+    """The fused graphs built for real (nvcc's CUDA codegen, not the simulation): every kernel
+    passes VerifyGPUCode. A pool output nobody reads (the index of ``indices_relu_after``) lives
+    in registers: CUDA cannot allocate a global intermediate inside a kernel, which the CPU
+    simulation does not see (found by the first bundle built for an H100)."""
+    _, emit, epilogue, prologue, branch = case
+    shape = [1, 8, 14, 14] if "global" not in case[0] else [1, 8, 7, 7]
+    mod = module(shape, "float32", emit, epilogue=epilogue, prologue=prologue, branch=branch)
+    assert all(cc.verify_gpu(cc.cuda_build(mod, "sm_80")).values())
+
+
 def _fused_shape_funcs(name):
     """A hand-fused PrimFunc of tests/test_schedule_fusion_shapes.py (pool + producers +
     consumers in one TE graph: Concat with branches, pool of pool, indices consumer, ...)."""
@@ -577,7 +589,8 @@ def test_knobs_are_config_overrides_that_move_the_schedule():
     funcs = [_te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0],
              _te_func([1, 8, 16, 32], lambda x: compute.avg_pool(x, [2, 2], [2, 2], None, [0] * 4))[0],
              _te_func([1, 9, 40, 40], lambda x: compute.global_pool(x, "avg"))[0],
-             _te_func([1, 64, 56, 56], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0]]
+             _te_func([1, 64, 56, 56], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0],
+             _te_func([1, 64, 8192], lambda x: compute.max_pool(x, [3], [1], None, [1, 1]))[0]]
     rule = cuda.Pool()
     hand = [rule.schedule(s_tir.Schedule(f), CONFIG) for f in funcs]
     for label, overrides in KNOBS[1:]:
@@ -684,8 +697,9 @@ def _pool_funcs(build):
 
 def test_builds_verify_gpu_code_and_launch_shapes():
     """Every workload builds for sm_80 through tvm_pool.compile; every kernel passes
-    VerifyGPUCode; window pools launch at most one thread per output (two outputs per thread
-    on large outputs, more where a thread loads 16 bytes of consecutive windows), every block
+    VerifyGPUCode; window pools launch at most one thread per output, but for the last partial
+    warp of a tile (two outputs per thread on large 1-D and channel-last outputs, more where a
+    thread loads 16 bytes of consecutive windows), every block
     a multiple of 32 threads; DRAM bytes near the minimum; 16-byte loads where expected, every
     one provably aligned."""
     rows = []
@@ -711,9 +725,10 @@ def test_builds_verify_gpu_code_and_launch_shapes():
     print("\nworkload | kernels | threads/block | threads per output | DRAM bytes / minimum")
     for r in rows:
         print(f"{r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f}")
-    for name, _, _, ratio, dram in rows:
+    for name, _, per_block, ratio, dram in rows:
         if "global" not in name and "gap" not in name:  # global pools: a warp per plane
-            assert ratio <= 1.0, name
+            # one output per thread (2-D/3-D chains): at most the tile's last partial warp idle
+            assert ratio <= 1.0 + 31 / (per_block - 31), name
         assert dram <= DRAM_ALLOWANCE.get(name, 1.0 + 1e-9), name
 
 
@@ -767,6 +782,13 @@ def test_every_case_builds_for_arch(arch, step):
 @pytest.mark.parametrize("seed", range(16))
 def test_simulation_random(seed):
     """Random geometries (rank 1-3, dilations, ceil, pads) for max (with indices) and average."""
+    for _, mod in random_modules(seed):
+        check_simulation(mod)
+
+
+def random_modules(seed):
+    """(kind, module) of seed's random geometry: max in a dtype of DTYPES, max with Indices and
+    average in float32 (tests/gpu_bundle.py runs the same on a GPU)."""
     rng = np.random.default_rng(500 + seed)
     rank = 1 + seed % 3
     k = [int(v) for v in rng.integers(1, 5, rank)]
@@ -777,9 +799,9 @@ def test_simulation_random(seed):
     shape = [1, int(rng.integers(1, 4))] + [int(v) for v in rng.integers(low, low + 12, rank)]
     ceil = bool(rng.integers(0, 2))
     dtype = DTYPES[seed % len(DTYPES)]
-    check_simulation(module(shape, dtype, maxp(k, s, p, d, ceil)))
-    check_simulation(module(shape, "float32", maxp(k, s, p, d, ceil, return_indices=True)))
-    check_simulation(module(shape, "float32", avgp(k, s, p, d, ceil, cip=bool(seed % 2))))
+    yield "max", module(shape, dtype, maxp(k, s, p, d, ceil))
+    yield "indices", module(shape, "float32", maxp(k, s, p, d, ceil, return_indices=True))
+    yield "avg", module(shape, "float32", avgp(k, s, p, d, ceil, cip=bool(seed % 2)))
 
 
 # ---------------------------------------------------------------------------------------------
