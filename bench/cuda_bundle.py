@@ -197,17 +197,17 @@ def add_workload(bundle: Bundle, w: Workload) -> dict:
     for peer, build in _builders(w, bundle.arch).items():
         try:
             entry["modules"][peer] = bundle.export(build(), f"bench/{w.name}.{peer}.so")
-        except runtime_errors("tvm_pool" if peer != "tvm" else "tvm") as err:
+        except runtime_errors("tvm" if peer == "tvm" else "tvm_pool") as err:
             entry["na"][peer] = short_reason(err)
-    try:
-        entry["torch"] = torch_spec(channel_first_twin(w) if w.road == "nhwc" else w)
-        if w.fused:
-            entry["torch"]["bias"] = fused_bias(w).ravel().tolist()
-    except NotAvailable as err:
-        entry["na"]["torch"] = str(err)
     if w.dtype in ("int8", "uint8"):
         entry["na"]["torch"] = f"{w.dtype} pooling not supported by torch CUDA kernels"
-        entry.pop("torch", None)
+    else:
+        try:
+            entry["torch"] = torch_spec(channel_first_twin(w) if w.road == "nhwc" else w)
+            if w.fused:
+                entry["torch"]["bias"] = fused_bias(w).ravel().tolist()
+        except NotAvailable as err:
+            entry["na"]["torch"] = str(err)
     sample = expected_sample(expected)
     entry["expected"] = f"bench/{w.name}.expected.npz"
     entry["expected_arrays"] = save_arrays(os.path.join(bundle.root, entry["expected"]), [s.pop("values") for s in sample])
@@ -237,7 +237,6 @@ def add_knobs(bundle: Bundle, entry: dict, w: Workload, points=None) -> None:
             cuda_rule.Pool.config = original
         entry["modules"][f"tvm_pool[{i}]"] = bundle.export(ex, f"bench/{w.name}.knob{i}.so")
         entry["knobs"][f"tvm_pool[{i}]"] = label
-    bundle.manifest["bench"][-1] = entry
 
 
 def export(root: str, arch: str, quick: bool, only=None) -> str:

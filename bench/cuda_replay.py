@@ -129,9 +129,8 @@ def time_calls(call, sync, repeat: int, number: int) -> tuple[float, float]:
     return statistics.median(rounds) * 1e3, statistics.median(singles) * 1e3
 
 
-def check_sample(got: list, entry: dict, root: str, outputs: int) -> str | None:
-    """``got``'s first ``outputs`` outputs against the expected sample and sums."""
-    want = load_arrays(os.path.join(root, entry["expected"]), entry["expected_arrays"])
+def check_sample(got: list, want: list, entry: dict, outputs: int) -> str | None:
+    """``got``'s first ``outputs`` outputs against the expected samples ``want`` and sums."""
     for i, (g, w, meta) in enumerate(zip(got[:outputs], want, entry["expected_meta"])):
         if list(g.shape) != meta["shape"] or str(g.dtype) != meta["dtype"]:
             return f"output {i}: got {g.dtype}{list(g.shape)}, expected {meta['dtype']}{meta['shape']}"
@@ -213,9 +212,10 @@ def bench_row(entry: dict, root: str, tvm, dev, repeat: int, number: int) -> dic
         torch_device = "cuda" if int(dev.dlpack_device_type()) == 2 else "cpu"
         call, outs = torch_runner(entry["torch"], x, entry["channel_last"], torch_device)
         runners["torch"] = (call, outs, torch.cuda.synchronize if torch_device == "cuda" else (lambda: None))
+    want = load_arrays(os.path.join(root, entry["expected"]), entry["expected_arrays"])
     for peer, (call, outs, sync) in runners.items():
         try:
-            problem = check_sample(outs(), entry, root, 99 if peer == "tvm_pool" else 1)
+            problem = check_sample(outs(), want, entry, 99 if peer == "tvm_pool" else 1)
             if problem:
                 row["na"][peer] = problem + ", not timed"
                 continue

@@ -120,12 +120,10 @@ def block_threads(config: CudaConfig, outputs: int | None, per_thread: int = 1) 
     return max(config.warp_size, min(limit, _round_up(-(-outputs // per_thread), config.warp_size)))
 
 
-def outputs_per_thread(config: CudaConfig, total: int | None, two_from: int | None = None) -> int:
-    """Two outputs per thread on large outputs (from ``two_from`` outputs, by default
-    ``config.min_outputs_two_per_thread``: so no more threads than outputs are launched even
-    where a tile's tail leaves some idle); one on small ones (more blocks to spread)."""
-    two_from = config.min_outputs_two_per_thread if two_from is None else two_from
-    return 2 if total is not None and total >= two_from else 1
+def outputs_per_thread(config: CudaConfig, total: int | None) -> int:
+    """Two outputs per thread on large outputs (so no more threads than outputs are launched
+    even where a tile's tail leaves some idle); one on small ones (more blocks to spread)."""
+    return 2 if total is not None and total >= config.min_outputs_two_per_thread else 1
 
 
 def bind_spatial(sch, block, spatial, reduce_loops, config: CudaConfig, binder: Binder):

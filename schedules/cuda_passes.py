@@ -69,9 +69,9 @@ def _tile_loops(sch, loops, extents, tile):
     return block_loops, thread_loops
 
 
-def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, two_from: int | None = None):
+def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, one_per_thread: bool = False):
     """Tile ``block``'s output loops (:func:`chain_tile`): a CUDA block per tile, a thread per
-    output (two on large outputs), or per ``per`` consecutive outputs of the innermost axis
+    output (two on large outputs unless ``one_per_thread``), or per ``per`` consecutive outputs of the innermost axis
     (which must divide it; the tiles are then of groups of ``per``). Returns (block loop,
     thread loop, threads per block)."""
     loops = list(sch.get_loops(block))
@@ -96,7 +96,8 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, two
         block_loops = [sch.add_unit_loop(thread_loops[0])]
     bx = sch.fuse(*block_loops) if len(block_loops) > 1 else block_loops[0]
     inner = sch.fuse(*thread_loops) if len(thread_loops) > 1 else thread_loops[0]
-    threads = block_threads(config, tile, outputs_per_thread(config, analysis.product(extents), two_from))
+    per_thread = 1 if one_per_thread else outputs_per_thread(config, analysis.product(extents))
+    threads = block_threads(config, tile, per_thread)
     _, tx = sch.split(inner, [None, threads])
     binder.bind(bx, "blockIdx.x")
     binder.bind(tx, "threadIdx.x")
@@ -108,13 +109,11 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, two
 # --------------------------------------------------------------------------------------------
 
 
-def _two_per_thread_from(sch, chain: analysis.PassChain, config: CudaConfig) -> int:
-    """How many outputs a chain needs before its threads take two each (never for the
-    channel-first ranks of ``config.one_output_per_thread_ranks``)."""
+def _one_output_per_thread(sch, chain: analysis.PassChain, config: CudaConfig) -> bool:
+    """Whether a chain's threads take one output each at any size: channel-first chains of the
+    ranks in ``config.one_output_per_thread_ranks``."""
     channel_last = analysis.is_channel_last(sch.get(chain.passes[-1]))
-    if chain.spatial_rank in config.one_output_per_thread_ranks and not channel_last:
-        return 1 << 62
-    return config.min_outputs_two_per_thread
+    return chain.spatial_rank in config.one_output_per_thread_ranks and not channel_last
 
 
 def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: Binder) -> Unit:
@@ -126,7 +125,7 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
     earlier = earlier_passes(sch, chain, config.staged)
     attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
     per = _vector_outputs(sch, final, config) if config.vector and not earlier else None
-    bx, tx, threads = tile_block(sch, final, config, binder, per or 1, _two_per_thread_from(sch, chain, config))
+    bx, tx, threads = tile_block(sch, final, config, binder, per or 1, _one_output_per_thread(sch, chain, config))
     stage(sch, earlier, bx, threads, binder)
     if per:
         load_pieces(sch, final, tx, vector_lanes(sch, final, config))

@@ -6,11 +6,11 @@ GPU it runs."""
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 import json
+import os
 import re
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
