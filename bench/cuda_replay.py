@@ -288,7 +288,11 @@ def main(argv=None) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
 
     if args.device == "cuda":
-        load_cuda_runtime(tvm)
+        try:
+            load_cuda_runtime(tvm)
+        except OSError as err:  # no driver (libcuda.so.1) or CUDA runtime on this machine
+            print(f"no CUDA device: TVM's CUDA runtime does not load ({err})", file=sys.stderr)
+            return 2
     dev = tvm.cuda(0) if args.device == "cuda" else tvm.cpu(0)
     if not dev.exist:
         print("no CUDA device", file=sys.stderr)

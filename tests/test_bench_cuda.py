@@ -237,3 +237,35 @@ def test_export_from_the_command_line(tmp_path, capsys):
     assert set(entry["modules"]) == {"tvm_pool", "tvm"} and all((tmp_path / m).exists() for m in entry["modules"].values())
     assert entry["torch"]["fn"] == "adaptive_avg_pool2d" and entry["input"]["gen"] == "normal"
     assert str(tmp_path / "manifest.json") in capsys.readouterr().out
+
+
+def test_replayed_report_from_the_command_line(tmp_path):
+    """``--device cuda --replayed JSON`` writes the GPU report of a bundle's run, no device needed."""
+    run = {"device": "CUDA sm_90", "gpu": {"name": "NVIDIA H100", "arch": "sm_90", "driver": "13.0", "tvm_cuda": "13.1"},
+           "rows": [{"workload": "resnet_gap", "dtype": "float32", "min_bytes": 409600, "copy_ms": 0.005,
+                     "ms": {"tvm_pool": 0.006, "tvm": 0.007, "torch": 0.012}, "na": {}}],
+           "channel_last_rows": [], "checks": [{"name": "a", "ok": True, "problems": []}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert runner.main(["--device", "cuda", "--replayed", str(tmp_path / "run.json"), "--output-dir",
+                        str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "bench_cuda.md").read_text()
+    assert "GPU checks (the gpu-marked tests' cases, tests/gpu_bundle.py): 1 of 1 passed" in md
+    assert "| resnet_gap | float32 | 0.0060 | 0.0070 | 0.0120 |" in md and "back-to-back calls" in md
+
+
+def test_replay_refuses_an_input_it_cannot_regenerate_and_a_missing_gpu(tmp_path, capsys):
+    """The replay regenerates large inputs from their recipe and stops, naming the shape, when
+    the sum differs (another numpy stream); without a CUDA device it refuses with status 2."""
+    from tvm_pool.bench import cuda_replay
+
+    recipe = {"shape": [2, 3], "dtype": "float32", "gen": "normal", "seed": 0, "sum": 1e9}
+    with pytest.raises(SystemExit, match=r"input of shape \[2, 3\] regenerated differently"):
+        cuda_replay.make_input(recipe)
+    good = dict(recipe, sum=float(np.random.default_rng(0).standard_normal([2, 3]).astype("float32").astype(np.float64).sum()))
+    assert cuda_replay.make_input(good).shape == (2, 3)
+    if _has_gpu():
+        return
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps({"arch": "sm_90", "bench": [], "checks": []}))
+    assert cuda_replay.main([str(tmp_path / "b"), str(tmp_path / "out")]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
