@@ -284,7 +284,6 @@ def main(argv=None) -> int:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a bundle built with --arch cpu, run on this CPU (the tests' check of this script)")
     args = p.parse_args(argv)
-    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # before the first import of tvm: its runtime only
     import tvm  # pylint: disable=import-outside-toplevel
 
     if args.device == "cuda":
@@ -329,4 +328,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Before the first import of tvm: its runtime only. Set here, not in main(), so that calling
+    # main() in a process (the tests) leaves the environment of later subprocesses alone.
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
     sys.exit(main())
