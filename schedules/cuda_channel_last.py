@@ -22,9 +22,12 @@ because its contiguous axis is C, not the innermost spatial axis:
   it once per tap (window reductions: the tap loops around the piece's channels, the
   accumulators in registers; a single pass whose taps are one expression: all at once, up to
   ``max_thread_pieces`` taps) and stores its results once, in pieces. Not where a tap reads
-  through a bounds check (padding, ceil overhang, adaptive bins): TVM's cache copy of such a
-  piece would read out of bounds; those threads load their channels one element at a time
-  (still contiguous across the warp).
+  through a bounds check (padding, ceil overhang, adaptive bins;
+  :func:`.cuda_vector.has_bounds_check`): TVM's cache copy of such a piece is guarded and
+  indexed at run time, a local array on the stack (2992 bytes per thread for a 3x3 s2 p1 max
+  between a ReLU and an Add); those threads load their channels one element at a time (still
+  contiguous across the warp). The consumers of a thread's group of channels read their
+  per-channel parameters (an Add's bias) in pieces too (:func:`store_pieces`).
 * **global window reductions** (:func:`schedule_main`): a plane is strided by C, so a warp per
   plane (channel-first's) would read 32 scattered elements. Instead a CUDA block takes the
   channels of one 32-byte sector (``sector_bytes``) times a power of two of tap groups: thread
@@ -50,7 +53,7 @@ from .cuda_config import CudaConfig
 from .cuda_consumers import attach_consumers
 from .cuda_reduction import NoWarpReduction, accumulate_in_registers, is_global, unroll_taps, warp_reducible
 from .cuda_verify import buf_type, elem_bytes
-from .cuda_vector import load_pieces, param_read, unchecked_vector_read
+from .cuda_vector import load_pieces, param_read, unchecked_vector_read, vector_lanes
 
 # --------------------------------------------------------------------------------------------
 # Tiles of a separable chain's last pass: rows x cols x channels
@@ -167,15 +170,19 @@ def channel_pieces(sch, block, config: CudaConfig, max_pieces: int | None = None
     return lanes
 
 
-def store_pieces(sch, loop, config: CudaConfig) -> set:
+def store_pieces(sch, loop, config: CudaConfig, pool=None) -> set:
     """Every block under ``loop`` (a thread's group of channels) that writes a function
     parameter writes a register copy instead, stored in 16-byte pieces after the group
-    (consecutive threads then store consecutive pieces). Returns the stores' names. Called
-    before the thread loops are split, so that every split guards the stores too (see
-    :func:`.cuda_consumers.attach_consumers`)."""
+    (consecutive threads then store consecutive pieces); every consumer there (not ``pool``,
+    whose own loads the caller places) that reads a parameter along the group's channels (an
+    Add's per-channel bias) loads the group's piece of it once, into registers. Returns the
+    stores' names. Called before the thread loops are split, so that every split guards the
+    stores too (see :func:`.cuda_consumers.attach_consumers`)."""
     params = analysis.function_params(sch)
     stores = set()
     for rv in sch.get_child_blocks(loop):
+        if pool is not None and name(sch, rv) != name(sch, pool) and _reads_channel_param(sch, rv, loop, config):
+            load_pieces(sch, rv, loop, vector_lanes(sch, rv, config))
         for i in range(len(sch.get(rv).writes)):
             if not any(analysis.region_buffer(sch.get(rv).writes[i]).same_as(p) for p in params):
                 continue
@@ -185,6 +192,22 @@ def store_pieces(sch, loop, config: CudaConfig) -> set:
             _vectorize_pieces(sch, store, config)
             stores.add(name(sch, store))
     return stores
+
+
+def _reads_channel_param(sch, block, loop, config: CudaConfig) -> bool:
+    """Does ``block`` read one function parameter, aligned, with no bounds check, at the
+    channels of ``loop``'s group only (its last index the block's channel iterator, every
+    other index fixed within the group) in whole 16-byte pieces?"""
+    found = unchecked_vector_read(sch, block, config)
+    if found is None:
+        return False
+    lanes, (_, region) = found
+    info = sch.get(block)
+    channel = [iv for iv in info.iter_vars if int(iv.iter_type) == 0][-1]
+    group = analysis.loop_extent(sch, loop)
+    ranges = list(region.region)
+    return (ranges[-1].min.same_as(channel.var) and _static(ranges[-1].extent) == 1
+            and all(_static(r.extent) == 1 for r in ranges) and group is not None and group % lanes == 0)
 
 
 def _under(sch, block, loop) -> bool:
@@ -244,7 +267,7 @@ def _schedule_outputs(sch, main, config: CudaConfig, binder: Binder, per: int | 
     attached = set()
     if per:  # the group's results in registers, stored in pieces (after its consumers)
         attached |= attach_consumers(sch, main.rv, spatial[-1])
-        attached |= store_pieces(sch, spatial[-1], config)
+        attached |= store_pieces(sch, spatial[-1], config, main.rv)
     elif None not in main.spatial_extents:
         attached |= accumulate_in_registers(sch, main.rv, spatial[-1])
         attached |= attach_consumers(sch, main.rv, spatial[-1])

@@ -79,7 +79,7 @@ def tile_block(sch, block, config: CudaConfig, binder: Binder, per: int = 1, one
         group, _ = sch.split(loops[-1], [None, per])
         loops[-1] = group
         if analysis.is_channel_last(sch.get(block)):  # the group's channels stored in 16-byte pieces
-            channel_last.store_pieces(sch, group, config)
+            channel_last.store_pieces(sch, group, config, block)
     extents = [analysis.loop_extent(sch, l) for l in loops]
     if analysis.is_channel_last(sch.get(block)):  # (a symbolic batch: one block row per image)
         sizes = channel_last.tile_sizes(extents, config, per)

@@ -48,12 +48,16 @@ def vector_lanes(sch, block, config: CudaConfig) -> int:
     return config.vector_bytes // size
 
 
+# TVM 0.27 names the op "prim.if_then_else"; taken from a call, not from its name.
+_IF_THEN_ELSE = tirx.if_then_else(tirx.Var("c", "bool"), tirx.const(1), tirx.const(0)).op
+
+
 def has_bounds_check(block) -> bool:
     """Whether the block's value reads through a condition (inlined padding, ceil overhang)."""
     found = []
 
     def visit(node):
-        if isinstance(node.op, tvm.ir.Op) and node.op.name == "tirx.if_then_else":
+        if isinstance(node.op, tvm.ir.Op) and node.op.same_as(_IF_THEN_ELSE):
             found.append(node)
 
     tvm_ffi.structural_walk(block.body, [(tvm.ir.Call, visit)], order="post")

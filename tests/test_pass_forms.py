@@ -79,6 +79,30 @@ def test_doubling_chosen_only_for_long_stride1_inner_windows():
     assert not pool_compute.doubling(windows([3, 17], [1, 1]))  # two windowed axes
 
 
+def test_channel_last_max_takes_every_tap_where_passes_cost_more():
+    """Channel-last maxima of values take one expression of every tap where that moves fewer
+    vectors of C than the passes (forms.all_taps_beat_passes); channel-first pools, sums and
+    the argmax's keys keep their forms."""
+    from tvm_pool.compute import forms  # pylint: disable=import-outside-toplevel
+
+    def form(kernel, strides, reduction="max", channel_last=True):
+        rank = len(kernel)
+        w = spec.resolve_windows([56] * rank, kernel, strides, [1] * rank, [0] * (2 * rank), "NOTSET", False)
+        return forms.choose_form(w, reduction, channel_last=channel_last)
+
+    assert form([3, 3], [2, 2]) == forms.ALL_TAPS  # 10 loads and stores per output against 12
+    assert form([1, 3, 3], [1, 2, 2]) == forms.ALL_TAPS  # the 3-D video pool: the same windows
+    assert form([2, 2], [1, 1]) == forms.ALL_TAPS  # 5 against 6
+    assert form([3, 3], [1, 1]) == forms.AXIS_PASSES  # stride 1: 10 against 8
+    assert form([5, 5], [2, 2]) == forms.AXIS_PASSES  # 26 against 18
+    assert form([3, 3, 3], [2, 2, 2]) == forms.AXIS_PASSES  # a tie: 28 against 28
+    assert form([3], [2]) == forms.AXIS_PASSES  # one pass is every tap already
+    assert form([3, 3], [2, 2], channel_last=False) == forms.AXIS_PASSES
+    assert form([3, 3], [2, 2], "argmax") == forms.AXIS_PASSES
+    assert form([3, 3], [2, 2], "sum") == forms.AXIS_PASSES
+    assert form([2, 2], [2, 2]) == form([2, 2], [2, 2], channel_last=False) == forms.ALL_TAPS
+
+
 def test_levels_computed_per_row_and_scheduled_equals_unscheduled():
     import tvm
     from tvm import te

@@ -34,7 +34,7 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
     element in the padded copy (the least int64 in the padding)."""
     dtype = str(data.dtype)
     work, tap_value, finish = dtype, None, dtype
-    form = forms.choose_form(windows, "max", channel_last=layout.is_channel_last(data))
+    form = forms.choose_form(windows, "max" if keys is None else "argmax", channel_last=layout.is_channel_last(data))
     if keys is not None:
         source, offsets = padded(data, windows, max_identity("int64"), dtype="int64", element=keys)
         data, work, finish = source, "int64", "int64"
