@@ -528,11 +528,12 @@ WORKLOADS = [
 ]
 # The workloads whose pool kernel loads 16 bytes at once (C = 3 and chunks of 50 channels are not
 # whole pieces; the tap-group sum, the serial max and the joining blend load element by element;
-# so do the windows that read through a bounds check: the adaptive bins, and the 3x3 s2 p1 maxima,
-# whose taps, one expression read straight from the input, go through the padding's).
+# so do the windows that read through a bounds check: the adaptive bins, and the padded 3x3 s2
+# maxima and 3x3 s1 average, whose taps, one expression read straight from the input, go through
+# the padding's).
 VECTOR_WORKLOADS = {w[0] for w in WORKLOADS} - {"rgb_maxpool_c3", "c100_chunks", "se_gap", "se_gmp", "trt_blend_int8",
                                                 "adaptive_avg", "fused_relu_pool_add", "maxpool_fp16",
-                                                "resnet_maxpool", "video3d_maxpool"}
+                                                "resnet_maxpool", "video3d_maxpool", "inception_avgpool"}
 # Threads per output of the tap-group (global) reductions: the tap groups of a block.
 TAP_GROUPS = {"se_gap": 32}
 # 32-byte sectors a warp's access touches over the fewest it could: pixels of C = 100 floats (400

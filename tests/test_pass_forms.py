@@ -79,10 +79,10 @@ def test_doubling_chosen_only_for_long_stride1_inner_windows():
     assert not pool_compute.doubling(windows([3, 17], [1, 1]))  # two windowed axes
 
 
-def test_channel_last_max_takes_every_tap_where_passes_cost_more():
-    """Channel-last maxima of values take one expression of every tap where that moves fewer
-    vectors of C than the passes (forms.all_taps_beat_passes); channel-first pools, sums and
-    the argmax's keys keep their forms."""
+def test_channel_last_windows_take_every_tap_where_passes_cost_more():
+    """Channel-last maxima and sums of the data take one expression of every tap where the
+    count of vector operations per output says so (forms.all_taps_beat_passes); channel-first
+    pools, the argmax's keys and sums of converted taps keep their forms."""
     from tvm_pool.compute import forms  # pylint: disable=import-outside-toplevel
 
     def form(kernel, strides, reduction="max", channel_last=True):
@@ -90,17 +90,50 @@ def test_channel_last_max_takes_every_tap_where_passes_cost_more():
         w = spec.resolve_windows([56] * rank, kernel, strides, [1] * rank, [0] * (2 * rank), "NOTSET", False)
         return forms.choose_form(w, reduction, channel_last=channel_last)
 
-    assert form([3, 3], [2, 2]) == forms.ALL_TAPS  # 10 loads and stores per output against 12
+    # max: 2 operations a tap, 4 an intermediate element
+    assert form([3, 3], [2, 2]) == forms.ALL_TAPS  # 19 against 27
     assert form([1, 3, 3], [1, 2, 2]) == forms.ALL_TAPS  # the 3-D video pool: the same windows
-    assert form([2, 2], [1, 1]) == forms.ALL_TAPS  # 5 against 6
-    assert form([3, 3], [1, 1]) == forms.AXIS_PASSES  # stride 1: 10 against 8
-    assert form([5, 5], [2, 2]) == forms.AXIS_PASSES  # 26 against 18
-    assert form([3, 3, 3], [2, 2, 2]) == forms.AXIS_PASSES  # a tie: 28 against 28
+    assert form([2, 2], [1, 1]) == forms.ALL_TAPS  # 9 against 13
+    assert form([3, 3], [1, 1]) == forms.AXIS_PASSES  # stride 1: 19 against 17
+    assert form([5, 5], [2, 2]) == forms.AXIS_PASSES  # 51 against 39
+    assert form([3, 3, 3], [2, 2, 2]) == forms.AXIS_PASSES  # three windowed axes keep the passes
     assert form([3], [2]) == forms.AXIS_PASSES  # one pass is every tap already
+    # sum: 1 a tap
+    assert form([3, 3], [1, 1], "sum") == forms.ALL_TAPS  # 10 against 11
+    assert form([3, 3], [2, 2], "sum") == forms.ALL_TAPS  # 10 against 18
+    assert form([5, 5], [1, 1], "sum") == forms.AXIS_PASSES  # 26 against 15
+    assert form([2, 2], [2, 2], "sum") == forms.DIRECT  # not separable: the direct reduction, as channel-first
+    # unchanged
     assert form([3, 3], [2, 2], channel_last=False) == forms.AXIS_PASSES
+    assert form([3, 3], [2, 2], "sum", channel_last=False) == forms.AXIS_PASSES
     assert form([3, 3], [2, 2], "argmax") == forms.AXIS_PASSES
-    assert form([3, 3], [2, 2], "sum") == forms.AXIS_PASSES
+    assert form([3, 3], [2, 2], "converted_sum") == forms.AXIS_PASSES
     assert form([2, 2], [2, 2]) == form([2, 2], [2, 2], channel_last=False) == forms.ALL_TAPS
+
+
+@pytest.mark.parametrize("kernel,strides,pads", [([3, 3], [1, 1], [1, 1, 1, 1]), ([3, 3], [2, 2], [1, 1, 1, 1]),
+                                                 ([2, 3], [1, 2], [0, 1, 1, 1])])
+def test_channel_last_sum_of_every_tap_adds_as_the_passes_do(kernel, strides, pads):
+    """A channel-last average taken as one expression of every tap adds along the outermost axis
+    first, as the channel-first passes do: the two layouts give the same bits."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.compute import forms  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((2, 19, 23, 8)) * 1e3).astype("float32")  # NHWC; wide range: rounding shows
+    outs = {}
+    for layout, data in (("NHWC", x), ("NCHW", x.transpose(0, 3, 1, 2).copy())):
+        ph = te.placeholder(data.shape, "float32", name="x")
+        out = pool_compute.avg_pool(ph, kernel, strides, None, pads, layout=layout)
+        lib = tvm.compile(te.create_prim_func([ph, out]), target="llvm")
+        y = tvm.runtime.empty([int(d) for d in out.shape], "float32")
+        lib(tvm.runtime.tensor(data), y)
+        outs[layout] = y.numpy()
+    w = spec.resolve_windows([19, 23], kernel, strides, [1, 1], pads, "NOTSET", False)
+    assert forms.choose_form(w, "sum", channel_last=True) == forms.ALL_TAPS
+    np.testing.assert_array_equal(outs["NHWC"], outs["NCHW"].transpose(0, 2, 3, 1))
 
 
 def test_levels_computed_per_row_and_scheduled_equals_unscheduled():

@@ -43,6 +43,12 @@ MAX_PASS_TAPS = 16
 MAX_SINGLE_PASS_TAPS = 64
 # Non-overlapping windows up to this many taps are one expression of every tap (few_taps).
 MAX_ALL_TAPS = 32
+# Channel-last windows (all_taps_beat_passes), in vector operations per output: a tap of a sum is
+# one (x86 folds the load into the add), a tap of a NaN-propagating max two (the max and the NaN
+# test); an element one pass leaves for the next costs INTERMEDIATE_COST (its store, its load
+# again and the pass's own loop: fitted to the measurements listed there; 3 to 5 fit them all).
+TAP_COST = {"max": 2, "sum": 1}
+INTERMEDIATE_COST = 4
 # Long strided windows made of whole strides (kernel = m x stride): each input lies in m windows.
 # Summed once per stride-long block, then m neighbouring blocks per output, every input is
 # read and added once instead of m times. 1-D avg k64 s32 over 128x16000: 32.7 -> 20.5
@@ -143,25 +149,41 @@ def few_taps(windows) -> bool:
     return static_geometry(windows) and reduce(lambda a, w: a * w.kernel, windows, 1) <= MAX_ALL_TAPS
 
 
-def all_taps_beat_passes(windows) -> bool:
-    """Channel-last: do a max's windows cost fewer vector loads and stores per output as one
-    expression of every tap (:func:`few_taps`) than as :func:`separable` passes? Every tap is a
-    vector of C in either form, so the passes save no loads by reading rows contiguously; they
-    save only what neighbouring outputs share. Per output, the taps cost ``prod(K) + 1`` (the
-    loads and the store); pass ``i`` costs ``K_i + 1`` for each of its outputs, of which there
-    are ``prod(s_j)`` per pool output over the axes ``j`` reduced after it. 3x3 s2: 10 against
-    12 (x86 at 2 threads, 3x3 s2 p1 over 1x112x112x64: 0.036 ms as taps, 0.050 as passes;
-    1x3x3 s(1,2,2) over 1x16x56x56x64: 0.17 against 0.23 ms); 3x3 s1: 10 against 8, the
-    passes stay."""
-    if not few_taps(windows):
+def all_taps_beat_passes(windows, reduction: str = "max") -> bool:
+    """Channel-last: does a max or sum over separable windows of two windowed axes cost less per
+    output as one expression of every tap (at most :data:`MAX_ALL_TAPS`) than as
+    :func:`separable` passes?
+    Every tap is a vector of C in either form, so the passes read no row more contiguously; they
+    save only what neighbouring outputs share, and pay for the elements each pass leaves for the
+    next. Per output, in vector operations: the taps cost ``TAP_COST * prod(K) + 1`` (the
+    store); pass ``i`` costs ``TAP_COST * K_i`` plus :data:`INTERMEDIATE_COST` (the last one:
+    its store) for each of its outputs, of which there are ``prod(s_j)`` per pool output over
+    the axes ``j`` reduced after it.
+
+    Measured on x86 at 2 threads (ms, taps against passes), max: 3x3 s2 p1 over 1x112x112x64
+    0.036 against 0.050 (unpadded 0.041 against 0.055-0.061); 1x3x3 s(1,2,2) over
+    1x16x56x56x64 0.17 against 0.23; 2x2 s1 over 1x28x28x256 0.018 against 0.029-0.045; and the
+    passes stay for 3x3 s1 over 1x28x28x192 (0.027 against 0.032-0.043 as taps) and 5x5 s2
+    (0.020 against 0.027-0.030). Sum (average, count_include_pad 0): 3x3 s1 p1 over 1x28x28x192
+    0.017-0.020 against 0.025, over 1x56x56x64 0.024-0.029 against 0.029-0.032; 3x3 s2 p1 over
+    1x112x112x64 0.032 against 0.048-0.060; and the passes stay for 5x5 s1 (0.011-0.017 against
+    0.021-0.022 as taps). aarch64 counts instructions, where the passes' fewer operations weigh
+    more (3x3 s2 p1 max over 1x112x112x64: 0.86 M as taps, 0.76 M as passes); its channel-last
+    geometric mean stays below the channel-first one (bench/arm_instructions.py)."""
+    if not (separable(windows) and few_taps(windows)):
         return False
     windowed = [w for w in windows if w.kernel > 1]
-    if len(windowed) < 2:
-        return False  # one pass is one expression of every tap already
+    if len(windowed) != 2:
+        # one pass is one expression of every tap already; over three windowed axes the count
+        # does not hold (3x3x3 s2 p1 max over 1x16x28x28x64: 0.052-0.065 ms as passes, 0.082
+        # as taps), and the passes stay
+        return False
+    tap = TAP_COST[reduction]
     passes = 0
     for i, w in enumerate(windowed):
-        passes += (w.kernel + 1) * reduce(lambda a, v: a * v.stride, windowed[i + 1 :], 1)
-    return reduce(lambda a, w: a * w.kernel, windowed, 1) + 1 < passes
+        leaves = 1 if i == len(windowed) - 1 else INTERMEDIATE_COST
+        passes += (tap * w.kernel + leaves) * reduce(lambda a, v: a * v.stride, windowed[i + 1 :], 1)
+    return tap * reduce(lambda a, w: a * w.kernel, windowed, 1) + 1 < passes
 
 
 def _max_passes(windows) -> bool:
@@ -194,24 +216,28 @@ FORMS = (
 # row. Channel-last planes are strided by C; their global windows take the other forms, whose
 # every tap is a contiguous run of channels.
 CHANNEL_FIRST_FORMS = (FLAT_PLANE,)
-# Channel-last rows tried before FORMS for a max of values (not for an argmax's int64 keys: as
-# one expression of every tap, 3x3 s2 p1 with indices over 1x112x112x64 took 0.226 ms against
-# 0.19 ms as passes on x86 at 2 threads, and 1.3x the aarch64 instructions).
+# Channel-last rows tried before FORMS, for a max or a sum of the data themselves: not for an
+# argmax's int64 keys (as one expression of every tap, 3x3 s2 p1 with indices over
+# 1x112x112x64 took 0.226 ms against 0.19 ms as passes on x86 at 2 threads, and 1.3x the
+# aarch64 instructions), nor for a sum of converted taps (Lp: every tap mapped prod(K) times per
+# output instead of once per first-pass tap; int8 widened to int32: TFLite's 3x3 s2 SAME int8
+# average over 1x56x56x64 took 0.025 ms as taps against 0.016-0.019 as passes).
 CHANNEL_LAST_FORMS = (
-    (ALL_TAPS,    all_taps_beat_passes,                        None),
+    (ALL_TAPS,    all_taps_beat_passes,                        lambda w: all_taps_beat_passes(w, "sum")),
 )
 
 
 def choose_form(windows, reduction: str, by_axis: bool = True, channel_last: bool = False) -> str:
-    """The form (a name from :data:`FORMS`) of a windowed ``reduction`` ("max", "sum", or
-    "argmax": a max of the argmax's keys).
+    """The form (a name from :data:`FORMS`) of a windowed ``reduction``: "max", "sum",
+    "argmax" (a max of the argmax's keys) or "converted_sum" (a sum of taps converted first:
+    Lp's ``|x|^p``, narrow data widened to the accumulation type).
     ``by_axis=False`` keeps the direct reduction whatever the windows (see
     :func:`tvm_pool.compute.window_reduce.window_sum`); ``channel_last`` tries the
     :data:`CHANNEL_LAST_FORMS` first and skips the :data:`CHANNEL_FIRST_FORMS`."""
     if not by_axis:
         return DIRECT
-    column = {"max": 1, "argmax": 1, "sum": 2}[reduction]
+    column = {"max": 1, "argmax": 1, "sum": 2, "converted_sum": 2}[reduction]
     return next(
-        row[0] for row in (CHANNEL_LAST_FORMS if channel_last and reduction == "max" else ()) + FORMS
+        row[0] for row in (CHANNEL_LAST_FORMS if channel_last and reduction in ("max", "sum") else ()) + FORMS
         if row[column] is not None and row[column](windows) and not (channel_last and row[0] in CHANNEL_FIRST_FORMS)
     )

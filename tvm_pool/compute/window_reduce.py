@@ -79,7 +79,9 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, b
     keeps one reduction over all taps even where the windows are separable: the same sum,
     which a schedule may reassociate as a whole (vector partial sums, schedules/arm.py)."""
     acc = accumulate_dtype(data.dtype)
-    form = forms.choose_form(windows, "sum", by_axis, channel_last=layout.is_channel_last(data))
+    converted = map_input is not None or acc != str(data.dtype)
+    form = forms.choose_form(windows, "converted_sum" if converted else "sum", by_axis,
+                             channel_last=layout.is_channel_last(data))
     if form == forms.FLAT_PLANE:
         def tap_value(x):
             x = x.astype(acc)
@@ -90,6 +92,9 @@ def window_sum(data: te.Tensor, windows, kind: str, name: str, map_input=None, b
         # The padded copy converts to the accumulation type once; the passes add in it.
         source, offsets = padded(data, windows, 0, dtype=acc)
         return _axis_passes(source, offsets, windows, _add_all, kind, name, tap_value=map_input)
+    if form == forms.ALL_TAPS:  # (channel-last) the same, every tap in one expression
+        source, offsets = padded(data, windows, 0, dtype=acc)
+        return _all_taps_pass(source, offsets, windows, _add_all, kind, name, None, by_axis=True)
     source, offsets = padded(data, windows, 0)
     build = {forms.BLOCK_SUMS: _block_sums, forms.DIRECT: _window_sums}[form]
     return build(source, offsets, windows, acc, map_input, kind, name)
@@ -278,14 +283,23 @@ def _doubling_passes(source, offsets, windows, combine, kind, name, out_dtype):
     return layout.compute(source, out_shape(source, windows), result, name=name, attrs=attrs)
 
 
-def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype):
+def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype, by_axis: bool = False):
     """One elementwise block combining every tap of each window (row-major scan order), marked
-    as a one-pass chain on the innermost windowed axis so schedules treat it as the passes."""
+    as a one-pass chain on the innermost windowed axis so schedules treat it as the passes.
+    ``by_axis``: ``combine`` the taps along the outermost axis first, then those results along
+    the next, as :func:`_axis_passes` does (a sum then adds in the passes' order, and the
+    outermost axis's sums of one column are the same expression for every output that reads
+    that column, for LLVM to compute once where a schedule unrolls neighbouring outputs)."""
     rank = len(windows)
     taps_per_axis = [range(w.kernel) for w in windows]
 
     def value(*idx):
         taps = [padded_access(source, windows, offsets, idx, rs) for rs in itertools.product(*taps_per_axis)]
+        if by_axis:
+            for axis in range(rank):  # taps in row-major order: axis 0 varies slowest
+                inner = len(taps) // windows[axis].kernel
+                taps = [combine(taps[j::inner]) for j in range(inner)]
+            return _finish(taps[0], out_dtype)
         return _finish(combine(taps), out_dtype)
 
     axis = max([i for i, w in enumerate(windows) if w.kernel > 1] or [rank - 1])
