@@ -91,6 +91,14 @@ def schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     return tvm.transform.Sequential([dlight.ApplyDefaultSchedule(*rules), finish_pass(target)], name="tvm_pool.schedule")
 
 
+def channel_last_taps(target: tvm.target.Target) -> bool:
+    """Whether computes built for ``target`` let channel-last windows take one expression of
+    every tap (``compute.forms.CHANNEL_LAST_FORMS``): the family rule's ``CHANNEL_LAST_TAPS``
+    (True for a rule that does not say, and for a target no rule takes)."""
+    rule = rule_for(target)
+    return bool(getattr(rule, "CHANNEL_LAST_TAPS", True))
+
+
 def tir_pipeline(target: tvm.target.Target) -> str:
     """The name of the TIR lowering pipeline for ``target``: TVM's default, plus the rewrite of
     strided vector loads (:mod:`.strided_loads`) for CPU families that have de-interleaving

@@ -102,6 +102,9 @@ class Pool(ScheduleRule):
     name = "cpu"
     # (label, CpuConfig overrides): the family's tuning design space, hand-written first.
     KNOBS: tuple = (("hand-written", {}),)
+    # Do channel-last windows take one expression of every tap where the count of
+    # compute.forms.all_taps_beat_passes says so (else they keep their passes)?
+    CHANNEL_LAST_TAPS = True
 
     def takes(self, target: Target) -> bool:  # pylint: disable=unused-argument
         return False

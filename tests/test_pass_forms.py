@@ -252,3 +252,33 @@ def test_vector_partial_sums_schedule():
     script = sch.mod["main"].script()
     # k64 s32 is summed in 32-tap blocks (compute.window_reduce._block_sums), each block in partial sums
     assert "avg_pool_sum_blocks_rf" in script and "T.vectorized(8)" in script
+
+
+def test_legalization_keeps_channel_last_passes_where_the_family_wants_them():
+    """aarch64's rule keeps channel-last windows as passes (schedules.arm.Pool.CHANNEL_LAST_TAPS),
+    x86's and CUDA's take every tap: a Relax channel-last max legalized for each target."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import lowering  # pylint: disable=import-outside-toplevel
+    from tvm_pool.compute import forms  # pylint: disable=import-outside-toplevel
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 28, 28, 16], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.max_pool2d(x, [3, 3], [2, 2], [1, 1, 1, 1], layout="NHWC"))
+        bb.emit_func_output(out)
+    mod = bb.get()
+
+    def has_passes(target) -> bool:
+        fused = lowering.fuse(mod, target)
+        return any("max_pool_pass0" in f.script() for f in fused.functions.values() if hasattr(f, "buffer_map")
+                   or "PrimFunc" in type(f).__name__)
+
+    assert has_passes("arm")
+    assert not has_passes("x86")
+    assert not has_passes("cuda")
+    w = spec.resolve_windows([28, 28], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], "NOTSET", False)
+    with forms.channel_last_passes():
+        assert forms.choose_form(w, "max", channel_last=True) == forms.AXIS_PASSES
+    assert forms.choose_form(w, "max", channel_last=True) == forms.ALL_TAPS

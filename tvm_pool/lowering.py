@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.ir import Op
 
 from . import adaptive_legalize, compute
+from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
 from .targets import resolve_target
 
@@ -53,14 +54,30 @@ def _pool_legalizer(kind: str, rank: int):
     return legalize
 
 
-def legalize_map() -> dict:
-    """customize_legalize_map entries for TVM's own Relax pooling ops."""
+def legalize_map(target: tvm.target.Target | None = None) -> dict:
+    """customize_legalize_map entries for TVM's own Relax pooling ops; for a ``target`` whose
+    schedule keeps channel-last windows as passes (``schedules.channel_last_taps``), their
+    computes are built inside ``compute.forms.channel_last_passes``."""
     table = {}
     for rank in (1, 2, 3):
         table[f"relax.nn.max_pool{rank}d"] = _pool_legalizer("max", rank)
         table[f"relax.nn.avg_pool{rank}d"] = _pool_legalizer("avg", rank)
     table.update(adaptive_legalize.legalize_entries())  # relax.nn.adaptive_avg_pool{1,2,3}d
-    return table
+    if target is None:
+        return table
+    from .schedules import channel_last_taps  # pylint: disable=import-outside-toplevel
+
+    if channel_last_taps(target):
+        return table
+    return {name: _keeping_passes(fn) for name, fn in table.items()}
+
+
+def _keeping_passes(legalize):
+    def keeping_passes(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        with forms.channel_last_passes():
+            return legalize(bb, call)
+
+    return keeping_passes
 
 
 def schedule_passes(target: tvm.target.Target) -> list:
@@ -143,7 +160,7 @@ def fusion_passes(target: tvm.target.Target) -> list:
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
-    passes = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map())]
+    passes = [relax.transform.LegalizeOps(customize_legalize_map=legalize_map(target))]
     passes += backend.library_dispatch_passes(target)
     passes += legalize[:first_default]
     # the family's rewrites of a pooling function before scheduling (aarch64: FMAX, whole-plane

@@ -16,6 +16,8 @@ they differ in what a schedule can make of them:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from functools import reduce
 
 from tvm import tirx
@@ -167,9 +169,9 @@ def all_taps_beat_passes(windows, reduction: str = "max") -> bool:
     (0.020 against 0.027-0.030). Sum (average, count_include_pad 0): 3x3 s1 p1 over 1x28x28x192
     0.017-0.020 against 0.025, over 1x56x56x64 0.024-0.029 against 0.029-0.032; 3x3 s2 p1 over
     1x112x112x64 0.032 against 0.048-0.060; and the passes stay for 5x5 s1 (0.011-0.017 against
-    0.021-0.022 as taps). aarch64 counts instructions, where the passes' fewer operations weigh
-    more (3x3 s2 p1 max over 1x112x112x64: 0.86 M as taps, 0.76 M as passes); its channel-last
-    geometric mean stays below the channel-first one (bench/arm_instructions.py)."""
+    0.021-0.022 as taps). aarch64 keeps the passes (:func:`channel_last_passes`, entered for
+    its targets by ``lowering.legalize_map``): 3x3 s2 p1 max over 1x112x112x64, 0.86 M
+    instructions as taps against 0.76 M as passes (bench/arm_instructions.py)."""
     if not (separable(windows) and few_taps(windows)):
         return False
     windowed = [w for w in windows if w.kernel > 1]
@@ -227,17 +229,37 @@ CHANNEL_LAST_FORMS = (
 )
 
 
+# Whether the CHANNEL_LAST_FORMS rows apply to the computes built now (see channel_last_passes).
+_CHANNEL_LAST_TAPS = contextvars.ContextVar("tvm_pool_channel_last_taps", default=True)
+
+
+@contextlib.contextmanager
+def channel_last_passes():
+    """Within it, channel-last windows keep their passes (the CHANNEL_LAST_FORMS rows are
+    skipped): for targets whose schedule makes more of the passes (aarch64, where an operation
+    saved counts for more than a row stored and loaded again). Legalization enters it per
+    target (``lowering.legalize_map``); computes built outside it (the TFLite road builds its
+    at import, before a target is known) take the rows."""
+    token = _CHANNEL_LAST_TAPS.set(False)
+    try:
+        yield
+    finally:
+        _CHANNEL_LAST_TAPS.reset(token)
+
+
 def choose_form(windows, reduction: str, by_axis: bool = True, channel_last: bool = False) -> str:
     """The form (a name from :data:`FORMS`) of a windowed ``reduction``: "max", "sum",
     "argmax" (a max of the argmax's keys) or "converted_sum" (a sum of taps converted first:
     Lp's ``|x|^p``, narrow data widened to the accumulation type).
     ``by_axis=False`` keeps the direct reduction whatever the windows (see
     :func:`tvm_pool.compute.window_reduce.window_sum`); ``channel_last`` tries the
-    :data:`CHANNEL_LAST_FORMS` first and skips the :data:`CHANNEL_FIRST_FORMS`."""
+    :data:`CHANNEL_LAST_FORMS` first (outside :func:`channel_last_passes`) and skips the
+    :data:`CHANNEL_FIRST_FORMS`."""
     if not by_axis:
         return DIRECT
     column = {"max": 1, "argmax": 1, "sum": 2, "converted_sum": 2}[reduction]
     return next(
-        row[0] for row in (CHANNEL_LAST_FORMS if channel_last and reduction in ("max", "sum") else ()) + FORMS
+        row[0] for row in (CHANNEL_LAST_FORMS if channel_last and reduction in ("max", "sum") and _CHANNEL_LAST_TAPS.get()
+                           else ()) + FORMS
         if row[column] is not None and row[column](windows) and not (channel_last and row[0] in CHANNEL_FIRST_FORMS)
     )
