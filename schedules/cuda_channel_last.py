@@ -195,19 +195,17 @@ def store_pieces(sch, loop, config: CudaConfig, pool=None) -> set:
 
 
 def _reads_channel_param(sch, block, loop, config: CudaConfig) -> bool:
-    """Does ``block`` read one function parameter, aligned, with no bounds check, at the
-    channels of ``loop``'s group only (its last index the block's channel iterator, every
-    other index fixed within the group) in whole 16-byte pieces?"""
-    found = unchecked_vector_read(sch, block, config)
-    if found is None:
+    """Does ``block`` read one function parameter in pieces of channels (:func:`channel_pieces`,
+    one element per output: a per-channel bias), of which one iteration of ``loop`` (a thread's
+    group) reads whole pieces: its loops inside ``loop`` cover a multiple of the lanes?"""
+    lanes = channel_pieces(sch, block, config, max_pieces=1)
+    if lanes is None:
         return False
-    lanes, (_, region) = found
-    info = sch.get(block)
-    channel = [iv for iv in info.iter_vars if int(iv.iter_type) == 0][-1]
-    group = analysis.loop_extent(sch, loop)
-    ranges = list(region.region)
-    return (ranges[-1].min.same_as(channel.var) and _static(ranges[-1].extent) == 1
-            and all(_static(r.extent) == 1 for r in ranges) and group is not None and group % lanes == 0)
+    loops = sch.get_loops(block)
+    target = sch.get_sref(loop)
+    inside = next((loops[i + 1 :] for i, l in enumerate(loops) if sch.get_sref(l).same_as(target)), None)
+    group = None if inside is None else analysis.product([analysis.loop_extent(sch, l) for l in inside])
+    return group is not None and group % lanes == 0
 
 
 def _under(sch, block, loop) -> bool:

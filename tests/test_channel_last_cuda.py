@@ -282,6 +282,8 @@ FUSED = [
      lambda y, b: relax.op.concat([b, y], axis=1), None, True),
     ("max_used_twice", [1, 14, 14, 8], nn_pool("max", [3, 3], [2, 2], [1, 1]), two_uses, None, True),
     ("max_2x2_used_twice", [1, 16, 16, 8], nn_pool("max", [2, 2], [2, 2]), two_uses, bias(8), True),
+    # a piece of channels per thread, the bias after it loaded in pieces (store_pieces)
+    ("relu_max_2x2_bias", [1, 16, 16, 8], nn_pool("max", [2, 2], [2, 2]), bias(8), relax.op.nn.relu, False),
     ("pool_of_pool", [1, 16, 16, 8], nn_pool("max", [3, 3], [1, 1], [1, 1]),
      lambda y: relax.op.nn.max_pool2d(y, [2, 2], [2, 2], layout="NHWC"), None, False),
     ("max_out_layout_nchw", [1, 14, 14, 8], nn_pool("max", [3, 3], [2, 2], [1, 1], out_layout="NCHW"),
@@ -444,9 +446,9 @@ def test_simulation_dynamic_batch():
 
 
 # Fused by default (the rest with -m slow): a producer, Add with a branch, Concat along C, the
-# result used twice, a global average with Add, adaptive average with relu.
+# result used twice, a global average with Add, adaptive average with relu, a bias after.
 DEFAULT_FUSED = {"relu_before_max", "max_add_branch", "max_concat_channels", "max_2x2_used_twice", "global_avg_add",
-                 "adaptive_avg_relu"}
+                 "adaptive_avg_relu", "relu_max_2x2_bias"}
 
 
 @pytest.mark.parametrize("slow", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["default", "rest"])
@@ -525,6 +527,8 @@ WORKLOADS = [
     ("lp2_fp16", [1, 56, 56, 48], "float16", lpp([3, 3], [2, 2], [1, 1, 1, 1], 2.0)),
     ("c100_chunks", [1, 28, 28, 100], "float32", maxp([3, 3], [1, 1], [1, 1, 1, 1])),  # chunks of 50: misaligned
     ("fused_relu_pool_add", [2, 56, 56, 64], "float32", None),
+    # unpadded: a piece of channels per thread, the Add's bias loaded in pieces (store_pieces)
+    ("fused_relu_pool2x2_add", [2, 56, 56, 32], "float32", None),
 ]
 # The workloads whose pool kernel loads 16 bytes at once (C = 3 and chunks of 50 channels are not
 # whole pieces; the tap-group sum, the serial max and the joining blend load element by element;
@@ -548,9 +552,10 @@ SECTOR_ALLOWANCE = {"rgb_maxpool_c3": 2.25, "c100_chunks": 1.25, "indices_2x2": 
 def _workload_emit(w):
     if w[3] is not None:
         return w[3]
+    pool = nn_pool("max", [2, 2], [2, 2]) if "2x2" in w[0] else nn_pool("max", [3, 3], [2, 2], [1, 1])
 
     def fused(bb, x):  # Relu -> TVM's NHWC MaxPool -> Add (a per-channel bias)
-        y = nn_pool("max", [3, 3], [2, 2], [1, 1])(bb, bb.emit(relax.op.nn.relu(x)))
+        y = pool(bb, bb.emit(relax.op.nn.relu(x)))
         return bb.emit(bias(int(w[1][-1]))(y))
 
     return fused
