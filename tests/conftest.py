@@ -1,6 +1,7 @@
 """Fixtures every test file may take; the helpers they share are in ``helpers/`` and
 ``oracles.py``, which import as top-level modules (this directory is put on sys.path)."""
 
+import gc
 import os
 import sys
 import zlib
@@ -24,3 +25,13 @@ def host():
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's id: each test its own data, the same on every run."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collected_before_captured_output(request):
+    """Tests that read what they printed (capsys, capfd) start with earlier tests' garbage
+    collected: TVM warns ("BlockBuilder destroyed with remaining blocks!") when it collects a
+    builder that an importer left open on an error, and that line must not land in another
+    test's captured output (seen once in test_cli_torch's progress lines)."""
+    if {"capsys", "capfd"} & set(request.fixturenames):
+        gc.collect()
