@@ -123,6 +123,12 @@ def _target_lines(cl: dict) -> list[str]:
             worst = pick((r for r in cl["rows"] if field in r), key=lambda r, f=field: r[f])
             where = f" ({worst['workload']})"
         lines.append(f"- {_TARGET_TEXT[key]}: **{fmt(cl[key], 'x')}**{where}; target {relation} {bound:.2f}x: {verdict}")
+    if cl.get("max_first_call_vs_channel_first") is not None:
+        worst = max((r for r in cl["rows"] if "first_call_vs_channel_first" in r),
+                    key=lambda r: r["first_call_vs_channel_first"])
+        lines.append("- the first call of each turn (the cache as the runner before left it; not a target): "
+                     f"channel-last / channel-first {fmt(cl['geomean_first_call_vs_channel_first'], 'x')} "
+                     f"geometric mean, worst {fmt(cl['max_first_call_vs_channel_first'], 'x')} ({worst['workload']})")
     return lines
 
 

@@ -106,12 +106,12 @@ def start_peers(names, start, na: dict) -> tuple[dict, float | None]:
     return runners, compile_s
 
 
-def take_turns(runners: dict, runtime_errors, repeat: int, na: dict) -> dict:
+def take_turns(runners: dict, runtime_errors, repeat: int, na: dict, first_calls: dict | None = None) -> dict:
     """:func:`timing.take_turns` over ``runners`` (``runtime_errors(name)``: what each raises
-    when it fails), then the runners freed (sessions and their thread pools) and the machine
-    settled before the next workload."""
+    when it fails; ``first_calls``: see there), then the runners freed (sessions and their
+    thread pools) and the machine settled before the next workload."""
     errors = {name: runtime_errors(name) for name in runners}
-    samples = timing.take_turns(runners, errors, repeat, na)
+    samples = timing.take_turns(runners, errors, repeat, na, first_calls)
     runners.clear()
     timing.settle()
     return samples
@@ -125,26 +125,38 @@ def run_channel_last(w: Workload, threads: int, repeat: int) -> dict:
     expected = reference(w, x)
     row = {"workload": w.name, "source": w.source, "op": w.op, "shape": w.shape, "layout": w.layout,
            "dtype": w.dtype, "attrs": w.attrs, "large": w.large, "ms": {}, "na": {}}
-    runners, compile_s = start_peers(channel_last.PEERS + (channel_last.CHANNEL_FIRST,),
+    # the twin's turn right after tvm_pool's: the ratio compares times taken seconds apart
+    order = ("tvm_pool", channel_last.CHANNEL_FIRST) + tuple(p for p in channel_last.PEERS if p != "tvm_pool")
+    runners, compile_s = start_peers(order,
                                      lambda peer: channel_last.start(peer, w, x, expected, threads), row["na"])
     runners["copy"] = copy_runner(x.nbytes, expected.nbytes, threads)
-    samples = take_turns(runners, channel_last.runtime_errors, repeat, row["na"])
-    summarize_channel_last(row, samples, x.nbytes + expected.nbytes, compile_s)
+    first_calls: dict = {}
+    samples = take_turns(runners, channel_last.runtime_errors, repeat, row["na"], first_calls)
+    summarize_channel_last(row, samples, x.nbytes + expected.nbytes, compile_s, first_calls)
     times = {**row["ms"], **({"channel_first": row["channel_first_ms"]} if "channel_first_ms" in row else {})}
     print(f"[{threads}t] {w.name}: " + ", ".join(f"{p} {t:.3f}ms" for p, t in times.items()), file=sys.stderr)
     return row
 
 
-def summarize_channel_last(row: dict, samples: dict, nbytes: int, compile_s: float | None) -> dict:
+def summarize_channel_last(row: dict, samples: dict, nbytes: int, compile_s: float | None,
+                           first_calls: dict | None = None) -> dict:
     """:func:`summarize` over the channel-last peers, and where they ran: tvm_pool's
     channel-first twin's median (``channel_first_ms``), tvm_pool's time over it
-    (``vs_channel_first``) and LiteRT's time over tvm_pool's (``speedup_litert``)."""
+    (``vs_channel_first``) and LiteRT's time over tvm_pool's (``speedup_litert``); from
+    ``first_calls`` (seconds of each turn's first call, by runner), the median first call of
+    every runner (``first_call_ms``) and tvm_pool's over its twin's
+    (``first_call_vs_channel_first``)."""
     summarize(row, samples, nbytes, compile_s, peer_names=channel_last.PEERS)
     ours = row["ms"].get("tvm_pool")
     if channel_last.CHANNEL_FIRST in samples:
         row["channel_first_ms"] = timing.median_ms(samples[channel_last.CHANNEL_FIRST])
         if ours is not None:
             row["vs_channel_first"] = ours / row["channel_first_ms"]
+    firsts = {p: timing.median_ms(s) for p, s in (first_calls or {}).items() if p in samples}
+    if firsts:
+        row["first_call_ms"] = firsts
+    if "tvm_pool" in firsts and channel_last.CHANNEL_FIRST in firsts:
+        row["first_call_vs_channel_first"] = firsts["tvm_pool"] / firsts[channel_last.CHANNEL_FIRST]
     if ours is not None and "litert" in row["ms"]:
         row["speedup_litert"] = row["ms"]["litert"] / ours
     return row

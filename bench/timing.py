@@ -18,6 +18,9 @@ from tvm_pool.thread_pool import BIND_THREADS_VARIABLE
 from .summary import short_reason
 
 ROUNDS = 5  # peers take turns, ROUNDS times per workload (see take_turns)
+# Each turn's untimed warm-up: at least WARMUP_CALLS calls and WARMUP_S seconds (see take_turns).
+WARMUP_CALLS = 10
+WARMUP_S = 0.02
 
 
 def settle() -> None:
@@ -28,12 +31,16 @@ def settle() -> None:
     time.sleep(0.2)
 
 
-def sample_times(fn, repeat: int, warmup: int = 3, sync=None, clock=time.perf_counter) -> list:
-    """Seconds of each of ``repeat`` calls of ``fn``, after ``warmup`` untimed ones. ``sync``
-    (a device's): called after each call and inside its time, so that a GPU call counts until
-    it has finished, not until it was queued. ``clock``: a test's fake clock."""
-    for _ in range(warmup):
+def sample_times(fn, repeat: int, warmup: int = 3, sync=None, clock=time.perf_counter, warmup_s: float = 0.0) -> list:
+    """Seconds of each of ``repeat`` calls of ``fn``, after ``warmup`` untimed ones (and more
+    until ``warmup_s`` seconds have passed). ``sync`` (a device's): called after each call and
+    inside its time, so that a GPU call counts until it has finished, not until it was queued.
+    ``clock``: a test's fake clock."""
+    start = clock()
+    calls = 0
+    while calls < warmup or clock() - start < warmup_s:
         fn()
+        calls += 1
     if sync is not None:
         sync()
     times = []
@@ -51,7 +58,7 @@ def median_ms(samples) -> float:
     return float(statistics.median(samples)) * 1e3
 
 
-def take_turns(runners: dict, errors: dict, repeat: int, na: dict) -> dict:
+def take_turns(runners: dict, errors: dict, repeat: int, na: dict, first_calls: dict | None = None) -> dict:
     """Seconds of every call of every runner: ROUNDS rounds, each timing every runner for
     repeat/ROUNDS calls in turn.
 
@@ -59,18 +66,32 @@ def take_turns(runners: dict, errors: dict, repeat: int, na: dict) -> dict:
     other would hand that drift to whichever peer ran at a bad moment (seen as 2x swings on the
     out-of-cache workloads). A runner that raises one of its ``errors[name]`` is dropped, with
     the reason in ``na[name]``, and the others go on.
+
+    Every turn starts with a warm-up (WARMUP_CALLS calls, and at least WARMUP_S seconds), so
+    that each runner is timed as it runs when called again and again, not while it takes the
+    cache back from the runner before it: a working set of a few MB (the 12.8 MB NDHWC 3-D max)
+    needs 6 to 8 calls after another runner's (or the copy's) turn before its time settles
+    (1.1 ms for the first call, 0.3 ms from the eighth, at 2 threads), and with one warm-up call
+    the median of a 10-call turn sat on that slope, so a runner's figure depended on which runner
+    came before it (the same module measured 1.6-1.7x its twin when it followed the copy, 0.9-1.1x
+    otherwise). ``first_calls`` (a dict, filled when given): the seconds of each turn's first
+    call by runner, the time with the cache as the runner before left it.
     """
     samples = {name: [] for name in runners}
     per_round = max(repeat // ROUNDS, 1)
     live = dict(runners)
-    for rnd in range(ROUNDS):
+    for _ in range(ROUNDS):
         for name, run in list(live.items()):
             settle()
             try:
-                samples[name] += sample_times(run, per_round, warmup=3 if rnd == 0 else 1)
+                first = sample_times(run, 1, warmup=0)
+                samples[name] += sample_times(run, per_round, warmup=WARMUP_CALLS - 1, warmup_s=WARMUP_S)
             except errors[name] as err:
                 na[name] = f"failed: {short_reason(err)}"
                 del live[name], samples[name]
+                continue
+            if first_calls is not None:
+                first_calls.setdefault(name, []).extend(first)
     return samples
 
 

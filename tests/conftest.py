@@ -35,3 +35,14 @@ def _garbage_collected_before_captured_output(request):
     test's captured output (seen once in test_cli_torch's progress lines)."""
     if {"capsys", "capfd"} & set(request.fixturenames):
         gc.collect()
+
+
+@pytest.fixture
+def no_settle(monkeypatch):
+    """The benchmark's pause between peers and its timed warm-up of each turn are for real
+    measurements; tests of the benchmark do not need them (a turn's warm-up is then its
+    WARMUP_CALLS calls)."""
+    from tvm_pool.bench import timing  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(timing, "settle", lambda: None)
+    monkeypatch.setattr(timing, "WARMUP_S", 0.0)

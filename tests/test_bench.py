@@ -22,12 +22,6 @@ from tvm_pool.bench.workloads import QUICK
 from tvm_pool.thread_pool import BIND_THREADS_VARIABLE
 
 
-@pytest.fixture
-def no_settle(monkeypatch):
-    """The pause between peers is for real measurements; these tests do not need it."""
-    monkeypatch.setattr(timing, "settle", lambda: None)
-
-
 def _workload(name):
     (w,) = [w for w in runner.workloads(quick=False) if w.name == name]
     return w
@@ -77,28 +71,44 @@ def test_sample_times_exclude_warmup_and_include_sync():
     assert timing.median_ms(times) == pytest.approx(3.1)
 
 
+def test_sample_times_warm_up_for_a_while():
+    """A warm-up of at least ``warmup`` calls and ``warmup_s`` seconds: a runner whose first
+    calls are slow (its data coming back into the cache) is timed once it has settled."""
+    now = [0.0]
+    durations = iter([0.004] * 3 + [0.001] * 20)
+
+    def call():
+        now[0] += next(durations)
+
+    times = timing.sample_times(call, repeat=3, warmup=2, warmup_s=0.0145, clock=lambda: now[0])
+    assert times == pytest.approx([0.001] * 3)
+    assert len(list(durations)) == 20 - 3 - 3  # 0.012 s after three calls, 0.015 s after six
+
+
 def test_peers_take_turns(no_settle):
-    """ROUNDS rounds, each running every runner for repeat/ROUNDS calls in turn (3 warmups in
-    the first round, 1 after); a runner failing with its runtime's error is dropped with the
-    reason, and the others go on."""
+    """ROUNDS rounds, each running every runner for repeat/ROUNDS calls in turn after its
+    warm-up (WARMUP_CALLS calls, the first of them recorded as the turn's first call); a runner
+    failing with its runtime's error is dropped with the reason, and the others go on."""
     log = []
     state = {"b_calls": 0}
+    per_round = 10 // timing.ROUNDS
+    turn = timing.WARMUP_CALLS + per_round
 
     def b():
         state["b_calls"] += 1
         log.append("b")
-        if state["b_calls"] > 5:  # the second round
+        if state["b_calls"] > turn:  # the second round
             raise RuntimeError("kernel crashed\nsecond line")
 
     runners = {"a": lambda: log.append("a"), "b": b}
-    na = {}
-    samples = timing.take_turns(runners, {"a": (RuntimeError,), "b": (RuntimeError,)}, repeat=10, na=na)
-    per_round = 10 // timing.ROUNDS
-    expected = ["a"] * (3 + per_round) + ["b"] * (3 + per_round) + ["a"] * (1 + per_round) + ["b"]
-    expected += ["a"] * (1 + per_round) * (timing.ROUNDS - 2)
+    na, first_calls = {}, {}
+    samples = timing.take_turns(runners, {"a": (RuntimeError,), "b": (RuntimeError,)}, repeat=10, na=na,
+                                first_calls=first_calls)
+    expected = ["a"] * turn + ["b"] * turn + ["a"] * turn + ["b"] + ["a"] * turn * (timing.ROUNDS - 2)
     assert log == expected
     assert len(samples["a"]) == timing.ROUNDS * per_round and "b" not in samples
     assert na == {"b": "failed: second line"}
+    assert len(first_calls["a"]) == timing.ROUNDS and len(first_calls["b"]) == 1
 
 
 def test_take_turns_lets_a_bug_through(no_settle):

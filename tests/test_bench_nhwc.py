@@ -16,16 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tvm_pool.bench import channel_last, report, runner, timing
+from tvm_pool.bench import channel_last, report, runner
 from tvm_pool.bench import workloads as W
 from tvm_pool.tflite.formulas import pool_geometry
 
 CL = W.channel_last_workloads(quick=False)
-
-
-@pytest.fixture
-def no_settle(monkeypatch):
-    monkeypatch.setattr(timing, "settle", lambda: None)
 
 
 def _cl(name):
@@ -155,29 +150,40 @@ def test_every_channel_last_workload_every_peer(no_settle):
             assert row["na"][peer].startswith(reason), row["na"]
         assert set(row["ms"]) == set(channel_last.PEERS) - set(na)
         assert row["vs_channel_first"] == pytest.approx(row["ms"]["tvm_pool"] / row["channel_first_ms"])
+        assert set(row["first_call_ms"]) == set(row["ms"]) | {channel_last.CHANNEL_FIRST, "copy"}
+        assert row["first_call_vs_channel_first"] == pytest.approx(
+            row["first_call_ms"]["tvm_pool"] / row["first_call_ms"][channel_last.CHANNEL_FIRST])
         if "litert" in row["ms"]:
             assert row["speedup_litert"] == pytest.approx(row["ms"]["litert"] / row["ms"]["tvm_pool"])
     assert cl["geomean_vs_channel_first"] == pytest.approx(runner.geomean([r["vs_channel_first"] for r in cl["rows"]]))
     assert "| nhwc_gap_b8 | 8x7x7x2048 NHWC | float32 |" in report.channel_last_markdown([res])
 
 
-def _cl_row(name, ms, channel_first_ms, na=None):
+def _cl_row(name, ms, channel_first_ms, na=None, first_calls=None):
     samples = {p: [t * 1e-3] * 3 for p, t in ms.items()}
     samples["copy"] = [0.05e-3] * 3
     samples[channel_last.CHANNEL_FIRST] = [channel_first_ms * 1e-3] * 3
     w = _cl(name)
     row = {"workload": name, "shape": w.shape, "layout": w.layout, "dtype": w.dtype, "ms": {}, "na": dict(na or {})}
-    return runner.summarize_channel_last(row, samples, nbytes=1, compile_s=0.1)
+    firsts = {p: [t * 1e-3 * f for f in (0.5, 1.0, 4.0)] for p, t in (first_calls or {}).items()}
+    return runner.summarize_channel_last(row, samples, nbytes=1, compile_s=0.1, first_calls=firsts)
 
 
 def test_channel_last_report_and_targets(tmp_path):
     rows = [
         _cl_row("nhwc_resnet_maxpool", {"tvm_pool": 0.1, "tvm": 0.3, "litert": 0.2, "torch": 0.4}, 0.095,
-                {"onnxruntime": "no float NHWC max pool"}),
+                {"onnxruntime": "no float NHWC max pool"},
+                first_calls={"tvm_pool": 0.3, channel_last.CHANNEL_FIRST: 0.2, "tvm": 0.5, "no_such_peer": 1.0}),
         _cl_row("nhwc_video3d_maxpool", {"tvm_pool": 0.4, "tvm": 0.5, "torch": 0.6}, 0.25,
-                {"litert": "TFLite has no 3-D pooling builtin", "onnxruntime": "no float NHWC max pool"}),
+                {"litert": "TFLite has no 3-D pooling builtin", "onnxruntime": "no float NHWC max pool"},
+                first_calls={"tvm_pool": 1.2, channel_last.CHANNEL_FIRST: 1.0}),
     ]
+    # the first calls' medians (0.3 and 0.2 ms), for the runners that were timed
+    assert rows[0]["first_call_ms"] == pytest.approx({"tvm_pool": 0.3, channel_last.CHANNEL_FIRST: 0.2, "tvm": 0.5})
+    assert rows[0]["first_call_vs_channel_first"] == pytest.approx(1.5)
     cl = channel_last.summary(rows)
+    assert cl["max_first_call_vs_channel_first"] == pytest.approx(1.5)
+    assert cl["geomean_first_call_vs_channel_first"] == pytest.approx((1.5 * 1.2) ** 0.5)
     assert cl["max_vs_channel_first"] == pytest.approx(1.6) and cl["min_speedup_litert"] == pytest.approx(2.0)
     assert cl["targets_met"] == {"geomean_vs_channel_first": False, "max_vs_channel_first": False,
                                  "geomean_speedup_litert": True, "min_speedup_litert": True}
@@ -194,6 +200,8 @@ def test_channel_last_report_and_targets(tmp_path):
     assert "[1] no float NHWC max pool" in md and "[2] TFLite has no 3-D pooling builtin" in md
     assert "worst workload: **1.60x** (nhwc_video3d_maxpool); target <= 1.30x: **not met**" in md
     assert "lowest workload: **2.00x** (nhwc_resnet_maxpool); target >= 1.00x: met" in md
+    assert ("the first call of each turn (the cache as the runner before left it; not a target): "
+            "channel-last / channel-first 1.34x geometric mean, worst 1.50x (nhwc_resnet_maxpool)") in md
     # only channel-last rows: channel_last.* written, the main bench.* left alone
     out = report.write([res], str(tmp_path))
     assert out == md and not (tmp_path / "bench.md").exists()
