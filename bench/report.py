@@ -119,17 +119,20 @@ def _target_lines(cl: dict) -> list[str]:
         verdict = "not measured" if met is None else ("met" if met else "**not met**")
         where = ""
         if key in _TARGET_ROWS and cl[key] is not None:
-            field, pick = _TARGET_ROWS[key]
-            worst = pick((r for r in cl["rows"] if field in r), key=lambda r, f=field: r[f])
-            where = f" ({worst['workload']})"
+            where = f" ({_extreme_workload(cl['rows'], *_TARGET_ROWS[key])})"
         lines.append(f"- {_TARGET_TEXT[key]}: **{fmt(cl[key], 'x')}**{where}; target {relation} {bound:.2f}x: {verdict}")
     if cl.get("max_first_call_vs_channel_first") is not None:
-        worst = max((r for r in cl["rows"] if "first_call_vs_channel_first" in r),
-                    key=lambda r: r["first_call_vs_channel_first"])
+        worst = _extreme_workload(cl["rows"], "first_call_vs_channel_first", max)
         lines.append("- the first call of each turn (the cache as the runner before left it; not a target): "
                      f"channel-last / channel-first {fmt(cl['geomean_first_call_vs_channel_first'], 'x')} "
-                     f"geometric mean, worst {fmt(cl['max_first_call_vs_channel_first'], 'x')} ({worst['workload']})")
+                     f"geometric mean, worst {fmt(cl['max_first_call_vs_channel_first'], 'x')} ({worst})")
     return lines
+
+
+def _extreme_workload(rows, field: str, pick) -> str:
+    """The name of the workload whose ``field`` ``pick`` (max or min) chooses among the rows
+    that have it."""
+    return pick((r for r in rows if field in r), key=lambda r: r[field])["workload"]
 
 
 def _cl_cells(r: dict, notes: list[str]) -> list[str]:

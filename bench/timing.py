@@ -73,7 +73,7 @@ def take_turns(runners: dict, errors: dict, repeat: int, na: dict, first_calls: 
     needs 6 to 8 calls after another runner's (or the copy's) turn before its time settles
     (1.1 ms for the first call, 0.3 ms from the eighth, at 2 threads), and with one warm-up call
     the median of a 10-call turn sat on that slope, so a runner's figure depended on which runner
-    came before it (the same module measured 1.6-1.7x its twin when it followed the copy, 0.9-1.1x
+    came before it (the same module measured 1.6-1.7x its twin when it followed the copy, 0.6-1.1x
     otherwise). ``first_calls`` (a dict, filled when given): the seconds of each turn's first
     call by runner, the time with the cache as the runner before left it.
     """
