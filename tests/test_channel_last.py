@@ -136,6 +136,79 @@ def test_random_relax_pools_match_torch(rank):
     assert all(f'"{LAYOUT_ATTR}": "channel_last"' in f.script() for f in funcs.values())
 
 
+def edge_specials(rng, x: np.ndarray) -> np.ndarray:
+    """``x`` with NaN, +inf and -inf scattered over it, most on the first and last positions of
+    each spatial axis (where a padded window's taps are clamped), and one border all -inf."""
+    x = x.copy()
+    flat = x.reshape(-1)
+    for value in (np.nan, np.inf, -np.inf):
+        flat[rng.choice(flat.size, max(1, flat.size // 200), replace=False)] = value
+    for axis in range(2, x.ndim):
+        for end in (0, -1):
+            edge = np.moveaxis(x, axis, 0)[end]
+            picks = rng.random(edge.shape)
+            edge[picks < 0.1] = np.nan
+            edge[(picks >= 0.1) & (picks < 0.2)] = np.inf
+            edge[(picks >= 0.2) & (picks < 0.3)] = -np.inf
+    np.moveaxis(x, -1, 0)[0] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_padded_max_edges_match_torch(rank):
+    """Channel-last max pools with padding and ceil-mode overhang, their taps clamped to the
+    data (``windows.clamped_access``: dilation 1) or bounds-checked (dilation 2), on data whose
+    borders hold NaN, +inf and -inf: bit-exact against torch (NaN propagates)."""
+    rng = np.random.default_rng(300 + rank)
+    cases = []
+    for dilation in (1, 1, 1, 2):
+        case = random_window(rng, rank)
+        case["dilation"] = [dilation] * rank
+        case["pad"] = [int(rng.integers(0, k // 2 + 1)) for k in case["kernel"]]
+        case["shape"] = case["shape"][:2] + [max(n, (k - 1) * dilation + 1) for n, k in zip(case["shape"][2:], case["kernel"])]
+        cases.append(case)
+    cases.append(dict(shape=[2, 16] + [7] * rank, kernel=[3] * rank, stride=[2] * rank, dilation=[1] * rank,
+                      pad=[1] * rank, ceil_mode=True, count_include_pad=False))
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(to_last_shape(c["shape"]), "float32")) for i, c in enumerate(cases)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            outs = [bb.emit(relax_pool("max", x, c, LAST[rank])) for x, c in zip(params, cases)]
+            result = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(result)
+    xs = [edge_specials(rng, rng.standard_normal(c["shape"]).astype("float32")) for c in cases]
+    got = run(bb.get(), [to_last(x) for x in xs])
+    for case, x, out in zip(cases, xs, got):
+        np.testing.assert_array_equal(to_first(out), torch_pool("max", x, case), err_msg=str(case))
+
+
+def test_padded_max_reads_clamped_taps():
+    """A padded channel-last 3x3 s2 max reads the data directly at clamped indices: no padded
+    copy and no bounds check left in its scheduled PrimFunc; a dilated one keeps the checks."""
+    from tvm_pool.compute import windows  # noqa: PLC0415
+
+    def func(dilation):
+        case = dict(shape=[1, 64, 28, 28], kernel=[3, 3], stride=[2, 2], dilation=[dilation] * 2, pad=[1, 1],
+                    ceil_mode=False)
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(to_last_shape(case["shape"]), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(relax_pool("max", x, case, "NHWC"))
+            bb.emit_func_output(out)
+        (f,) = pooling_primfuncs(bb.get(), "llvm").values()
+        return f.script()
+
+    plain, dilated = func(1), func(2)
+    assert "if_then_else" not in plain and "T.min(" in plain, plain
+    assert "if_then_else" in dilated
+    w = lambda **kw: tvm_pool.spec.AxisWindow(**{**dict(in_size=8, kernel=3, stride=2, dilation=1, pad_begin=1,
+                                                        pad_end=1, out_size=4), **kw})
+    assert windows.clamps_exactly([w(), w(pad_begin=0, pad_end=0, out_size=3)])
+    assert not windows.clamps_exactly([w(dilation=2, out_size=3)])
+    assert not windows.clamps_exactly([w(kernel=2, pad_begin=2, pad_end=2, out_size=6)])  # a window of padding only
+
+
 def test_adaptive_avg_and_out_layout():
     """adaptive_avg_pool2d in NHWC (bins that do not divide), and pools whose out_layout differs
     from their layout: a transpose after the pool, in both directions."""

@@ -23,7 +23,7 @@ from .common import (
     is_float, max_identity, max_of_all, nan_max_reducer,
 )
 from .forms import FLAT_LANES
-from .windows import out_shape, padded, padded_access, reduce_axes
+from .windows import clamped_access, clamps_exactly, out_shape, padded, padded_access, reduce_axes
 
 
 def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_pool", keys=None) -> te.Tensor:
@@ -34,7 +34,12 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
     element in the padded copy (the least int64 in the padding)."""
     dtype = str(data.dtype)
     work, tap_value, finish = dtype, None, dtype
-    form = forms.choose_form(windows, "max" if keys is None else "argmax", channel_last=layout.is_channel_last(data))
+    channel_last = layout.is_channel_last(data)
+    form = forms.choose_form(windows, "max" if keys is None else "argmax", channel_last=channel_last)
+    if keys is None and channel_last and form == forms.ALL_TAPS and dtype not in HALF_INF_BITS and clamps_exactly(windows):
+        # every tap read from the data itself, its index clamped (no padded copy, no branches)
+        return _all_taps_pass(data, None, windows, functools.partial(max_of_all, dtype=dtype, ordered_pairs=True),
+                              kind, name, dtype, tap=functools.partial(clamped_access, data, windows))
     if keys is not None:
         source, offsets = padded(data, windows, max_identity("int64"), dtype="int64", element=keys)
         data, work, finish = source, "int64", "int64"
@@ -283,18 +288,21 @@ def _doubling_passes(source, offsets, windows, combine, kind, name, out_dtype):
     return layout.compute(source, out_shape(source, windows), result, name=name, attrs=attrs)
 
 
-def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype, by_axis: bool = False):
+def _all_taps_pass(source, offsets, windows, combine, kind, name, out_dtype, by_axis: bool = False, tap=None):
     """One elementwise block combining every tap of each window (row-major scan order), marked
     as a one-pass chain on the innermost windowed axis so schedules treat it as the passes.
     ``by_axis``: ``combine`` the taps along the outermost axis first, then those results along
     the next, as :func:`_axis_passes` does (a sum then adds in the passes' order, and the
     outermost axis's sums of one column are the same expression for every output that reads
-    that column, for LLVM to compute once where a schedule unrolls neighbouring outputs)."""
+    that column, for LLVM to compute once where a schedule unrolls neighbouring outputs).
+    ``tap(idx, rs)``: the value of tap ``rs`` of output ``idx`` (else read from the padded
+    ``source`` at ``offsets``)."""
     rank = len(windows)
     taps_per_axis = [range(w.kernel) for w in windows]
+    tap = tap or functools.partial(padded_access, source, windows, offsets)
 
     def value(*idx):
-        taps = [padded_access(source, windows, offsets, idx, rs) for rs in itertools.product(*taps_per_axis)]
+        taps = [tap(idx, rs) for rs in itertools.product(*taps_per_axis)]
         if by_axis:
             for axis in range(rank):  # taps in row-major order: axis 0 varies slowest
                 inner = len(taps) // windows[axis].kernel

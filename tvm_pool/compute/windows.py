@@ -63,6 +63,34 @@ def window_access(data, windows, out_idx, rvars):
     return idx, all_of(inside)
 
 
+def clamps_exactly(windows) -> bool:
+    """Can an idempotent reduction (a max) read each tap outside the data as the data element
+    nearest to it, with no bounds check? Yes when every window of every axis holds data and its
+    taps are contiguous (dilation 1), or when no tap ever falls outside: the nearest element is
+    then a tap of the same window, which the max already counts (see :func:`clamped_access`)."""
+    return all(
+        taps_always_inside(w)
+        or (spec.is_static(w.in_size, w.out_size, w.pad_begin) and w.dilation == 1 and not may_see_no_data([w]))
+        for w in windows
+    )
+
+
+def clamped_access(data, windows, out_idx, rvars):
+    """The value of one tap for a max over windows that :func:`clamps_exactly`: a tap in the
+    padding or the ceil-mode overhang reads the nearest data element along each axis, which is
+    another tap of the same window (the window's taps are contiguous and some are data). So a
+    padded max needs neither a padded copy nor a branch per tap: the clamped row of a tap is the
+    same for every output of a row (hoisted out of its loop), and no column needs a loop of its
+    own at the edges. Channel-last 3x3 s2 p1 max over 112x112x64, paired ratios to the
+    channel-first twin, 1 thread: 1.10-1.14x -> 1.05x (with ``max_of_all``'s ordered pairs)."""
+    lead = len(data.shape) - len(windows)
+    idx = list(out_idx[:lead])
+    for w, o, r in zip(windows, out_idx[lead:], rvars):
+        pos = w.tap(o, r)
+        idx.append(pos if taps_always_inside(w) else tirx.max(tirx.min(pos, w.in_size - 1), 0))
+    return data(*idx)
+
+
 def out_shape(data, windows):
     lead = len(data.shape) - len(windows)
     return list(data.shape[:lead]) + [w.out_size for w in windows]
