@@ -99,6 +99,13 @@ def channel_last_taps(target: tvm.target.Target) -> bool:
     return bool(getattr(rule, "CHANNEL_LAST_TAPS", True))
 
 
+def clamped_taps(target: tvm.target.Target) -> bool:
+    """Whether computes built for ``target`` read a channel-last max's taps clamped, with the
+    ordered-pairs NaN test (``compute.forms.clamped_taps``): the family rule's
+    ``CLAMPED_TAPS`` (False for a rule that does not say, and for a target no rule takes)."""
+    return bool(getattr(rule_for(target), "CLAMPED_TAPS", False))
+
+
 def tir_pipeline(target: tvm.target.Target) -> str:
     """The name of the TIR lowering pipeline for ``target``: TVM's default, plus the rewrite of
     strided vector loads (:mod:`.strided_loads`) for CPU families that have de-interleaving

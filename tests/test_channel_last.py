@@ -183,8 +183,9 @@ def test_padded_max_edges_match_torch(rank):
 
 
 def test_padded_max_reads_clamped_taps():
-    """A padded channel-last 3x3 s2 max reads the data directly at clamped indices: no padded
-    copy and no bounds check left in its scheduled PrimFunc; a dilated one keeps the checks."""
+    """A padded channel-last 3x3 s2 max legalized for x86 reads the data directly at clamped
+    indices: no padded copy and no bounds check left in its scheduled PrimFunc; a dilated one
+    keeps the checks, and so does one built outside ``forms.clamped_taps``."""
     from tvm_pool.compute import windows  # noqa: PLC0415
 
     def func(dilation):
@@ -202,6 +203,19 @@ def test_padded_max_reads_clamped_taps():
     plain, dilated = func(1), func(2)
     assert "if_then_else" not in plain and "T.min(" in plain, plain
     assert "if_then_else" in dilated
+    # the x86 rule's choice, entered by legalization for its targets; a compute built outside
+    # forms.clamped_taps (the TFLite road's, other targets') keeps the padded taps
+    from tvm_pool import schedules  # noqa: PLC0415
+    from tvm_pool.compute import forms  # noqa: PLC0415
+
+    assert schedules.clamped_taps(tvm_pool.targets.resolve_target("llvm"))
+    assert not schedules.clamped_taps(tvm_pool.targets.resolve_target("arm"))
+    assert not schedules.clamped_taps(tvm_pool.targets.resolve_target("cuda"))
+    x = tvm.te.placeholder((1, 28, 28, 64), "float32", name="x")
+    te_max = lambda: tvm.te.create_prim_func([x, compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1], layout="NHWC")])
+    assert "if_then_else" in te_max().script()
+    with forms.clamped_taps():
+        assert "if_then_else" not in te_max().script()
     w = lambda **kw: tvm_pool.spec.AxisWindow(**{**dict(in_size=8, kernel=3, stride=2, dilation=1, pad_begin=1,
                                                         pad_end=1, out_size=4), **kw})
     assert windows.clamps_exactly([w(), w(pad_begin=0, pad_end=0, out_size=3)])

@@ -57,7 +57,9 @@ def _pool_legalizer(kind: str, rank: int):
 def legalize_map(target: tvm.target.Target | None = None) -> dict:
     """customize_legalize_map entries for TVM's own Relax pooling ops; for a ``target`` whose
     schedule keeps channel-last windows as passes (``schedules.channel_last_taps``), their
-    computes are built inside ``compute.forms.channel_last_passes``."""
+    computes are built inside ``compute.forms.channel_last_passes``; for one whose rule reads a
+    channel-last max's taps clamped (``schedules.clamped_taps``), inside
+    ``compute.forms.clamped_taps``."""
     table = {}
     for rank in (1, 2, 3):
         table[f"relax.nn.max_pool{rank}d"] = _pool_legalizer("max", rank)
@@ -65,19 +67,25 @@ def legalize_map(target: tvm.target.Target | None = None) -> dict:
     table.update(adaptive_legalize.legalize_entries())  # relax.nn.adaptive_avg_pool{1,2,3}d
     if target is None:
         return table
-    from .schedules import channel_last_taps  # pylint: disable=import-outside-toplevel
+    from .schedules import channel_last_taps, clamped_taps  # pylint: disable=import-outside-toplevel
 
-    if channel_last_taps(target):
+    contexts = ([] if channel_last_taps(target) else [forms.channel_last_passes]) + (
+        [forms.clamped_taps] if clamped_taps(target) else [])
+    if not contexts:
         return table
-    return {name: _keeping_passes(fn) for name, fn in table.items()}
+    return {name: _within(fn, contexts) for name, fn in table.items()}
 
 
-def _keeping_passes(legalize):
-    def keeping_passes(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
-        with forms.channel_last_passes():
+def _within(legalize, contexts):
+    """``legalize`` building its computes inside every context manager of ``contexts``."""
+
+    def within(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        with contextlib.ExitStack() as stack:
+            for context in contexts:
+                stack.enter_context(context())
             return legalize(bb, call)
 
-    return keeping_passes
+    return within
 
 
 def schedule_passes(target: tvm.target.Target) -> list:

@@ -252,6 +252,33 @@ def channel_last_passes():
         _CHANNEL_LAST_TAPS.reset(token)
 
 
+# Whether channel-last maxima of every tap read clamped taps with an ordered-pairs NaN test (see
+# clamped_taps).
+_CLAMPED_TAPS = contextvars.ContextVar("tvm_pool_clamped_taps", default=False)
+
+
+@contextlib.contextmanager
+def clamped_taps():
+    """Within it, a channel-last max of every tap (the ALL_TAPS form) reads taps in the padding
+    at the nearest data position (``windows.clamped_access``, where ``windows.clamps_exactly``)
+    and tests NaN as ordered pairs (``common.max_of_all(ordered_pairs=True)``): for targets
+    where that measured faster (x86: AVX-512 chains the ordered compares through write masks).
+    Legalization enters it per target (``lowering.legalize_map``); computes built outside it
+    keep the padded taps and the "some tap is NaN" test. On NEON the ordered pairs tripled the
+    instructions (3x3 s2 p1 max over 1x112x112x64: 2.60 M against 0.86 M; LLVM turned the
+    fmax into compares and selects) and the clamps alone cost 3%; CUDA is not measured."""
+    token = _CLAMPED_TAPS.set(True)
+    try:
+        yield
+    finally:
+        _CLAMPED_TAPS.reset(token)
+
+
+def clamped_taps_on() -> bool:
+    """Is :func:`clamped_taps` entered?"""
+    return _CLAMPED_TAPS.get()
+
+
 def choose_form(windows, reduction: str, by_axis: bool = True, channel_last: bool = False) -> str:
     """The form (a name from :data:`FORMS`) of a windowed ``reduction``: "max", "sum",
     "argmax" (a max of the argmax's keys) or "converted_sum" (a sum of taps converted first:

@@ -36,7 +36,8 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
     work, tap_value, finish = dtype, None, dtype
     channel_last = layout.is_channel_last(data)
     form = forms.choose_form(windows, "max" if keys is None else "argmax", channel_last=channel_last)
-    if keys is None and channel_last and form == forms.ALL_TAPS and dtype not in HALF_INF_BITS and clamps_exactly(windows):
+    if (keys is None and channel_last and form == forms.ALL_TAPS and forms.clamped_taps_on()
+            and dtype not in HALF_INF_BITS and clamps_exactly(windows)):
         # every tap read from the data itself, its index clamped (no padded copy, no branches)
         return _all_taps_pass(data, None, windows, functools.partial(max_of_all, dtype=dtype, ordered_pairs=True),
                               kind, name, dtype, tap=functools.partial(clamped_access, data, windows))
