@@ -182,6 +182,29 @@ def test_padded_max_edges_match_torch(rank):
         np.testing.assert_array_equal(to_first(out), torch_pool("max", x, case), err_msg=str(case))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "float16"])
+def test_padded_max_other_dtypes_match_torch(dtype):
+    """The clamped taps for integer dtypes (no NaN test) and float16 (which keeps its padded
+    int16 keys): 3x3 s2 p1 and ceil-mode windows against torch on the same values in float32."""
+    rng = np.random.default_rng(5)
+    cases = [dict(shape=[2, 24, 15, 13], kernel=[3, 3], stride=[2, 2], dilation=[1, 1], pad=[1, 1], ceil_mode=c)
+             for c in (False, True)]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(to_last_shape(c["shape"]), dtype)) for i, c in enumerate(cases)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            outs = [bb.emit(relax_pool("max", x, c, "NHWC")) for x, c in zip(params, cases)]
+            result = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(result)
+    info = np.iinfo(dtype) if dtype != "float16" else None
+    xs = [(rng.integers(info.min, info.max + 1, c["shape"]) if info else rng.standard_normal(c["shape"])).astype(dtype)
+          for c in cases]
+    got = run(bb.get(), [to_last(x) for x in xs])
+    for case, x, out in zip(cases, xs, got):
+        want = torch_pool("max", x.astype("float32"), case).astype(dtype)
+        np.testing.assert_array_equal(to_first(out), want, err_msg=str(case))
+
+
 def test_padded_max_reads_clamped_taps():
     """A padded channel-last 3x3 s2 max legalized for x86 reads the data directly at clamped
     indices: no padded copy and no bounds check left in its scheduled PrimFunc; a dilated one
