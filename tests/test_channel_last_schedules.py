@@ -33,6 +33,7 @@ from tvm import relax, s_tir, te, tirx
 
 import tvm_pool
 from tvm_pool import compute, emulation
+from tvm_pool.compute import forms
 from tvm_pool.compute.common import LAYOUT_ATTR, block_attrs
 from tvm_pool.schedules import analysis, arm, strided_loads, x86
 from tvm_pool.schedules.cpu_config import NO_VECTOR, PARALLEL_ONLY
@@ -49,6 +50,16 @@ P1, P0 = [1, 1, 1, 1], [0, 0, 0, 0]
 
 def to_last(shape):
     return [shape[0], *shape[2:], shape[1]]
+
+
+def clamped(build):
+    """``build`` inside ``forms.clamped_taps()``: a max's taps clamped, as x86 legalizes them."""
+
+    def within(x, layout):
+        with forms.clamped_taps():
+            return build(x, layout)
+
+    return within
 
 
 # name: (channel-first shape, dtype, compute(x, layout)). Inputs of 100 KB and more, so that every
@@ -86,6 +97,12 @@ CASES = {
     "max_3d_1x3x3": ([1, 16, 6, 20, 20], "float32", lambda x, L: compute.max_pool(
         x, [1, 3, 3], [1, 2, 2], None, [0, 1, 1, 0, 1, 1], layout=L)),
     "avg_3d_2x2x2": ([1, 16, 8, 20, 20], "float32", lambda x, L: compute.avg_pool(x, [2, 2, 2], [2, 2, 2], layout=L)),
+    "max_3x3_s2_p1_clamped": ([1, 32, 40, 40], "float32", clamped(
+        lambda x, L: compute.max_pool(x, [3, 3], [2, 2], None, P1, layout=L))),
+    "max_3x3_s2_ceil_int8_clamped": ([2, 64, 33, 33], "int8", clamped(
+        lambda x, L: compute.max_pool(x, [3, 3], [2, 2], None, P1, ceil_mode=True, layout=L))),
+    "max_3d_1x3x3_clamped": ([1, 16, 6, 20, 20], "float32", clamped(lambda x, L: compute.max_pool(
+        x, [1, 3, 3], [1, 2, 2], None, [0, 1, 1, 0, 1, 1], layout=L))),
 }
 
 
@@ -373,6 +390,10 @@ def graphs():
         p = bb.emit(_pool(xs[0], "avg", [3, 3], [2, 2], P1, count_include_pad=True))
         return [bb.emit(relax.op.nn.relu(p)), bb.emit(relax.op.multiply(p, c(np.float32(2))))]
 
+    def max_ceil_two_uses(bb, xs):
+        p = bb.emit(_pool(bb.emit(relax.op.nn.relu(xs[0])), "max", [3, 3], [2, 2], P1, ceil_mode=True))
+        return [bb.emit(relax.op.add(p, xs[1])), bb.emit(relax.op.multiply(p, c(np.float32(2))))]
+
     def pool_of_pool(bb, xs):
         p = bb.emit(_pool(xs[0], "max", [3, 3], [1, 1], P1))
         return [bb.emit(_pool(p, "avg", [2, 2], [2, 2], P0))]
@@ -402,6 +423,7 @@ def graphs():
         ("avg_concat", [[1, 14, 14, 24], [1, 14, 14, 8]], "float32", avg_concat),
         ("max_add_branch", [[2, 24, 24, 16], [2, 12, 12, 16]], "float32", max_add_branch),
         ("two_uses", [[1, 17, 17, 32]], "float32", two_uses),
+        ("max_ceil_two_uses", [[1, 17, 17, 32], [1, 9, 9, 32]], "float32", max_ceil_two_uses),
         ("pool_of_pool", [[1, 16, 16, 24]], "float32", pool_of_pool),
         ("int8_avg_relu", [[1, 20, 20, 64]], "int8", int8_avg_relu),
         ("fp16_max_relu", [[1, 18, 18, 16]], "float16", fp16_max_relu),

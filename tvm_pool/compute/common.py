@@ -91,8 +91,7 @@ def max_of_all(values, dtype: str, ordered_pairs: bool = False):
     nan = tirx.const(float("nan"), dtype)
     if ordered_pairs:
         pairs = [values[i:i + 2] for i in range(0, len(values), 2)]
-        ordered = [tirx.Not(tirx.Or(*(is_nan(v) for v in pair))) if len(pair) == 2 else tirx.Not(is_nan(pair[0]))
-                   for pair in pairs]
+        ordered = [tirx.Not(reduce(tirx.Or, [is_nan(v) for v in pair])) for pair in pairs]
         return tirx.Select(reduce(tirx.And, ordered), result, nan)
     any_nan = is_nan(values[0])
     for v in values[1:]:

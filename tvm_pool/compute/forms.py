@@ -236,28 +236,30 @@ CHANNEL_LAST_FORMS = (
 
 # Whether the CHANNEL_LAST_FORMS rows apply to the computes built now (see channel_last_passes).
 _CHANNEL_LAST_TAPS = contextvars.ContextVar("tvm_pool_channel_last_taps", default=True)
-
-
-@contextlib.contextmanager
-def channel_last_passes():
-    """Within it, channel-last windows keep their passes (the CHANNEL_LAST_FORMS rows are
-    skipped): for targets whose schedule makes more of the passes (aarch64, where an operation
-    saved counts for more than a row stored and loaded again). Legalization enters it per
-    target (``lowering.legalize_map``); computes built outside it (the TFLite road builds its
-    at import, before a target is known) take the rows."""
-    token = _CHANNEL_LAST_TAPS.set(False)
-    try:
-        yield
-    finally:
-        _CHANNEL_LAST_TAPS.reset(token)
-
-
 # Whether channel-last maxima of every tap read clamped taps with an ordered-pairs NaN test (see
 # clamped_taps).
 _CLAMPED_TAPS = contextvars.ContextVar("tvm_pool_clamped_taps", default=False)
 
 
 @contextlib.contextmanager
+def _set(var: contextvars.ContextVar, value):
+    """``var`` set to ``value`` within it, back to what it was after."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def channel_last_passes():
+    """Within it, channel-last windows keep their passes (the CHANNEL_LAST_FORMS rows are
+    skipped): for targets whose schedule makes more of the passes (aarch64, where an operation
+    saved counts for more than a row stored and loaded again). Legalization enters it per
+    target (``lowering.legalize_map``); computes built outside it (the TFLite road builds its
+    at import, before a target is known) take the rows."""
+    return _set(_CHANNEL_LAST_TAPS, False)
+
+
 def clamped_taps():
     """Within it, a channel-last max of every tap (the ALL_TAPS form) reads taps in the padding
     at the nearest data position (``windows.clamped_access``, where ``windows.clamps_exactly``)
@@ -267,11 +269,7 @@ def clamped_taps():
     keep the padded taps and the "some tap is NaN" test. On NEON the ordered pairs tripled the
     instructions (3x3 s2 p1 max over 1x112x112x64: 2.60 M against 0.86 M; LLVM turned the
     fmax into compares and selects) and the clamps alone cost 3%; CUDA is not measured."""
-    token = _CLAMPED_TAPS.set(True)
-    try:
-        yield
-    finally:
-        _CLAMPED_TAPS.reset(token)
+    return _set(_CLAMPED_TAPS, True)
 
 
 def clamped_taps_on() -> bool:

@@ -68,11 +68,8 @@ def clamps_exactly(windows) -> bool:
     nearest to it, with no bounds check? Yes when every window of every axis holds data and its
     taps are contiguous (dilation 1), or when no tap ever falls outside: the nearest element is
     then a tap of the same window, which the max already counts (see :func:`clamped_access`)."""
-    return all(
-        taps_always_inside(w)
-        or (spec.is_static(w.in_size, w.out_size, w.pad_begin) and w.dilation == 1 and not may_see_no_data([w]))
-        for w in windows
-    )
+    # (may_see_no_data is True for a window of symbolic geometry)
+    return all(taps_always_inside(w) or (w.dilation == 1 and not may_see_no_data([w])) for w in windows)
 
 
 def clamped_access(data, windows, out_idx, rvars):
