@@ -334,6 +334,25 @@ def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:
     return len(loops) == len(block.iter_vars)
 
 
+def moving_reads(block, var, dims=None) -> list:
+    """``(step, extent)`` for each read region dimension of ``block`` whose index moves with
+    ``var``: how far it moves per step of ``var``, and the region's extent there (None where
+    either is not a static linear function of ``var``). ``dims``: only the region's dimensions
+    whose index it names (e.g. ``[-1]``, the innermost). Reads that stay put as ``var`` moves
+    are left out: a per-channel parameter of a fused producer or consumer, whatever its rank
+    (inlined into a pass, a BatchNorm's ``param[c]`` is a 1-D read of a 5-D block)."""
+    found = []
+    for read in block.reads:
+        regions = list(read.region)
+        for rng in (regions if dims is None else [regions[d] for d in dims if -len(regions) <= d < len(regions)]):
+            coeffs = detect_linear_equation(rng.min, [var])
+            if len(coeffs) != 2 or not isinstance(coeffs[0], tirx.IntImm):
+                found.append((None, None))
+            elif int(coeffs[0]):
+                found.append((int(coeffs[0]), int(rng.extent) if isinstance(rng.extent, tirx.IntImm) else None))
+    return found
+
+
 def pad_data_range(pad_block, dim: int = -1):
     """(begin, n): axis ``dim`` of the padded copy ``pad_block`` holds the data at [begin,
     begin + n); None when that is not a static shift of the data."""

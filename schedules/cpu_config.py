@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import tirx
-from tvm.sym.pattern import detect_linear_equation
 
 from . import analysis
 
@@ -210,10 +208,10 @@ def register_tile(sch, loop, config: CpuConfig, dtype: str):
 
 
 def inner_read_stride(sch, block):
-    """How far the first read moves per step of the innermost output axis (None: unknown)."""
+    """How far the reads move per step of the innermost output axis, along their innermost
+    dimension: the first read that moves (reads that stay put, such as a fused per-channel
+    parameter, are skipped; 0 when none moves). None: unknown."""
     info = sch.get(block)
     n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
-    var = info.iter_vars[n_spatial - 1].var
-    index = info.reads[0].region[-1].min
-    coeffs = detect_linear_equation(index, [var])
-    return int(coeffs[0]) if len(coeffs) and isinstance(coeffs[0], tirx.IntImm) else None
+    steps = analysis.moving_reads(info, info.iter_vars[n_spatial - 1].var, dims=[-1])
+    return steps[0][0] if steps else 0

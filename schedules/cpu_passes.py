@@ -430,15 +430,10 @@ def _vectorize_row(sch, loop, config: CpuConfig, dtype: str, long_chunks: bool =
 
 def _pass_windows_overlap(sch, block, axis: int, rank: int) -> bool:
     """Do neighbouring outputs of a pass read overlapping input along ``axis`` (its taps span
-    more than its stride)? Unknown counts as overlapping."""
+    more than its stride)? Reads that do not move along ``axis`` (fused per-channel
+    parameters, :func:`.analysis.moving_reads`) share nothing between outputs. Unknown counts
+    as overlapping."""
     info = sch.get(block)
-    dim = analysis.spatial_dim(info, rank, axis)
-    var = info.iter_vars[dim].var
-    for read in info.reads:
-        rng = read.region[dim]
-        coeffs = detect_linear_equation(rng.min, [var])
-        if not (len(coeffs) and isinstance(coeffs[0], tirx.IntImm) and isinstance(rng.extent, tirx.IntImm)):
-            return True
-        if int(rng.extent) > int(coeffs[0]):
-            return True
-    return False
+    var = info.iter_vars[analysis.spatial_dim(info, rank, axis)].var
+    return any(step is None or extent is None or extent > abs(step)
+               for step, extent in analysis.moving_reads(info, var))

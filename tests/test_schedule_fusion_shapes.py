@@ -37,6 +37,11 @@ def _avg3(t, stride=1):
     return compute.avg_pool(t, [3, 3], strides=[stride, stride], pads=[1, 1, 1, 1], count_include_pad=False)
 
 
+def _affine(t, scale):
+    """A BatchNorm in eval mode: a 1-D per-channel parameter, broadcast over the plane."""
+    return te.compute(t.shape, lambda n, c, *rest: t(n, c, *rest) * scale[c] + scale[c], name="affine")
+
+
 def _concat(*ts):
     return topi.concatenate(list(ts), axis=1)
 
@@ -80,6 +85,13 @@ SHAPES = {
     "global_avg_relu": ([(2, 8, 7, 7)], lambda x: [_relu(compute.global_pool(x, "avg"))]),
     "adaptive_avg_add": ([(1, 4, 10, 9), (1, 4, 3, 4)], lambda x, y: [_add(compute.adaptive_avg_pool(x, [3, 4]), y)]),
     "avg_2x2_padded": ([(1, 4, 9, 9)], lambda x: [compute.avg_pool(x, [2, 2], strides=[2, 2], pads=[1, 1, 0, 0])]),
+    # BatchNorm (1-D parameters) -> Relu on two branches, Concat, 3-D 2x2x2 s2 max: every
+    # producer inlined into the first pass, whose reads then include the 1-D parameters
+    # (torchvision's S3D did not compile: the rule indexed their region by the pass's axis)
+    "bn_concat_max3d": (
+        [(1, 4, 4, 6, 6), (4,), (1, 3, 4, 6, 6), (3,)],
+        lambda x, s, y, t: [compute.max_pool(_concat(_relu(_affine(x, s)), _relu(_affine(y, t))), [2, 2, 2], strides=[2, 2, 2])],
+    ),
     # large enough for the parallel paths (planes in parallel, the Concat's own parallel loop)
     "concat_large": ([(2, 16, 48, 48)], lambda x: [_concat(_max3(_relu(x)), _relu(x))]),
 }
@@ -87,19 +99,23 @@ SHAPES = {
 
 def _prim_func(name, batch=None):
     """The graph ``name`` as one PrimFunc; with ``batch`` (a symbolic size), every input's batch
-    dimension is that size (a dynamic batch of torch.export or ONNX)."""
+    dimension is that size (a dynamic batch of torch.export or ONNX); 1-D inputs are
+    per-channel parameters, which have no batch."""
     shapes, build = SHAPES[name]
-    placeholder_shapes = [s if batch is None else (batch, *s[1:]) for s in shapes]
+    placeholder_shapes = [_batched(s, batch) for s in shapes]
     inputs = [te.placeholder(s, "float32", name=f"in{i}") for i, s in enumerate(placeholder_shapes)]
     outputs = build(*inputs)
     return te.create_prim_func(inputs + list(outputs)).with_attr("global_symbol", "main"), shapes, outputs
 
 
+def _batched(shape, batch):
+    return shape if batch is None or len(shape) < 2 else (batch, *shape[1:])
+
+
 def _run(func, shapes, outputs, seed=0, batch=None):
     rng = np.random.default_rng(seed)
     lib = tvm.compile(tvm.IRModule({"main": func}), target=TARGET)
-    if batch is not None:
-        shapes = [(batch, *s[1:]) for s in shapes]
+    shapes = [_batched(s, batch) for s in shapes]
     args = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in shapes]
     out_shapes = [[batch if batch is not None and i == 0 else int(d) for i, d in enumerate(o.shape)] for o in outputs]
     outs = [tvm.runtime.tensor(np.full(s, 7.5, dtype=str(o.dtype))) for s, o in zip(out_shapes, outputs)]
