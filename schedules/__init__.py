@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm.s_tir import SBlock, dlight
+from tvm.s_tir import SBlock
 
-from . import analysis, cpu, strided_loads
+from . import analysis, cpu, decline, strided_loads
+from .decline import ScheduleDeclined
 from .families import rule_for, rules_for
 
 
@@ -88,7 +89,31 @@ def schedule_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     rules = rules_for(target)
     if not rules:
         return tvm.transform.Sequential([], name="tvm_pool.no_schedule")
-    return tvm.transform.Sequential([dlight.ApplyDefaultSchedule(*rules), finish_pass(target)], name="tvm_pool.schedule")
+    return tvm.transform.Sequential([_apply_rules(rules), finish_pass(target)], name="tvm_pool.schedule")
+
+
+def _apply_rules(rules: list) -> tvm.transform.Pass:
+    """dlight's ApplyDefaultSchedule (the first rule that returns a schedule wins; the function
+    is marked ``tirx.is_scheduled``), with each function's name given to the rules, which name it
+    when they decline it (:mod:`.decline`)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.ApplySchedules")
+    def _apply(mod, _ctx):
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
+                continue
+            target = func.attrs.get("target") if func.attrs is not None else None
+            target = target or tvm.target.Target.current(allow_none=False)
+            with decline.naming(gv.name_hint):
+                sch = next((s for s in (rule.apply(func, target, False) for rule in rules) if s is not None), None)
+            if sch is not None:
+                updates[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
+        if updates:
+            mod = tvm.IRModule({**dict(mod.functions_items()), **updates}, attrs=mod.attrs)
+        return mod
+
+    return _apply
 
 
 def channel_last_taps(target: tvm.target.Target) -> bool:

@@ -70,7 +70,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.target import Target
 
-from . import analysis
+from ..errors import one_line
+from . import analysis, decline
 from .cpu_config import FULL, NO_VECTOR, PARALLEL_ONLY, CpuConfig, target_threads
 from .cpu_passes import schedule_pass_chain
 from .cpu_reduction import schedule_block
@@ -106,6 +107,11 @@ class Pool(ScheduleRule):
     # compute.forms.all_taps_beat_passes says so (else they keep their passes)?
     CHANNEL_LAST_TAPS = True
 
+    @property
+    def family(self) -> str:
+        """How a declined function names the rule (schedules/decline.py)."""
+        return self.name
+
     def takes(self, target: Target) -> bool:  # pylint: disable=unused-argument
         return False
 
@@ -130,10 +136,12 @@ class Pool(ScheduleRule):
         return func
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):  # noqa: D102
-        if not isinstance(func, tirx.PrimFunc) or not self.takes(target):
+        if not isinstance(func, tirx.PrimFunc) or not self.takes(target) or not analysis.has_pool_units(func):
             return None
-        if not analysis.has_pool_units(func):
-            return None
+        return decline.guarded(self.family, func, lambda: self._apply(func, target))
+
+    def _apply(self, func: tirx.PrimFunc, target: Target):
+        """The function scheduled, finished (None: no level schedules it)."""
         sch = self.schedule(s_tir.Schedule(self.prepare(func)), self.config(target))
         if sch is None:
             return None
@@ -151,6 +159,7 @@ class Pool(ScheduleRule):
                 schedule_function(sch, config, level)
             except analysis.SCHEDULE_ERRORS as err:
                 logger.debug("%s pool schedule level %d failed: %s", config.family, level, err)
+                decline.note(f"level {level}: {type(err).__name__}: {one_line(err)}")
                 continue
             return sch
         return None

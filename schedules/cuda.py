@@ -97,8 +97,9 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.target import Target
 
+from ..errors import one_line
 from ..targets import cuda_target, is_cuda
-from . import analysis
+from . import analysis, decline
 from . import cuda_channel_last as channel_last
 from .analysis import is_channel_last
 from .cuda_common import Binder, SerialBinder
@@ -139,6 +140,7 @@ class Pool(ScheduleRule):
     default :func:`tvm_pool.targets.cuda_target`'s, the ``cuda`` alias)."""
 
     KNOBS = KNOBS
+    family = "cuda"  # how a declined function names the rule (schedules/decline.py)
 
     def __init__(self, simulate: bool = False, gpu_target: Target | None = None):
         self.simulate = simulate
@@ -158,11 +160,9 @@ class Pool(ScheduleRule):
         return self.KNOBS
 
     def apply(self, func: tirx.PrimFunc, target: Target, tunable: bool):  # noqa: D102
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target) or not analysis.has_pool_units(func):
             return None
-        if not analysis.has_pool_units(func):
-            return None
-        return self.schedule(s_tir.Schedule(func), self.config(target))
+        return decline.guarded(self.family, func, lambda: self.schedule(s_tir.Schedule(func), self.config(target)))
 
     def schedule(self, base: s_tir.Schedule, config: CudaConfig) -> s_tir.Schedule | None:
         """``base`` (left as it is) scheduled with ``config``: the first attempt that schedules,
@@ -180,6 +180,7 @@ class Pool(ScheduleRule):
                 if used > config.shared_limit:
                     logger.debug("cuda pool schedule (scale %d): %d bytes of shared memory, over %d",
                                  attempt.tile_scale, used, config.shared_limit)
+                    decline.note(f"tile scale {attempt.tile_scale}: {used} bytes of shared memory, over {config.shared_limit}")
                     continue
             return sch
         return None
@@ -203,6 +204,8 @@ class Pool(ScheduleRule):
             except analysis.SCHEDULE_ERRORS as err:
                 logger.debug("cuda pool schedule (staged=%s, scale %d, vector=%s) failed: %s",
                              config.staged, config.tile_scale, config.vector, err)
+                decline.note(f"staged={config.staged}, tile scale {config.tile_scale}, vector={config.vector}: "
+                             f"{type(err).__name__}: {one_line(err)}")
                 if not config.vector:
                     return None, config.warp
                 config = dataclasses.replace(config, vector=False)  # the same attempt, scalar loads

@@ -30,7 +30,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
-from . import analysis
+from . import analysis, decline
 from .families import rule_for
 
 CPU_KINDS = (
@@ -68,7 +68,10 @@ def candidates(rule, base: s_tir.Schedule, target) -> list:
     config = rule.config(target)
     found = []  # [([labels], schedule)]
     for label, overrides in rule.knobs():
-        sch = rule.schedule(base, dataclasses.replace(config, **overrides))
+        knob = dataclasses.replace(config, **overrides)
+        # a knob that does not apply gives None; one that fails is declined with a warning
+        sch = decline.guarded(f"{rule.family} ({label})", base.mod["main"], lambda k=knob: rule.schedule(base, k),
+                              warn_none=False)
         if sch is None:
             continue
         same = next((f for f in found if tvm_ffi.structural_equal(f[1].mod, sch.mod)), None)

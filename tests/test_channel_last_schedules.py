@@ -35,7 +35,7 @@ import tvm_pool
 from tvm_pool import compute, emulation
 from tvm_pool.compute import forms
 from tvm_pool.compute.common import LAYOUT_ATTR, block_attrs
-from tvm_pool.schedules import analysis, arm, strided_loads, x86
+from tvm_pool.schedules import ScheduleDeclined, analysis, arm, strided_loads, x86
 from tvm_pool.schedules.cpu_config import NO_VECTOR, PARALLEL_ONLY
 from tvm_pool.targets import export_compiler, resolve_target
 
@@ -571,7 +571,8 @@ def test_fused_graphs_on_emulated_aarch64(device, tmp_path):
 
 def test_rule_declines_what_it_does_not_understand():
     """A block that says channel-last but has no room for N, the spatial axes and C (its
-    iterators do not match the layout), and a function with no pool: no schedule."""
+    iterators do not match the layout): declined, with a warning that says why; a function
+    with no pool: no schedule and no warning."""
     x = te.placeholder([6, 9], "float32", name="x")
     r0, r1 = te.reduce_axis((0, 2), "r0"), te.reduce_axis((0, 3), "r1")
     attrs = {**block_attrs("max", 2), LAYOUT_ATTR: "channel_last"}
@@ -580,7 +581,8 @@ def test_rule_declines_what_it_does_not_understand():
     z = te.compute([6, 9], lambda i, j: x[i, j] * 2, name="double")
     plain = te.create_prim_func([x, z]).with_attr("global_symbol", "main")
     for rule, target in ((x86.Pool(), X86), (arm.Pool(), A72)):
-        assert rule.apply(odd, target, False) is None
+        with pytest.warns(ScheduleDeclined, match="2 iterators for 2 spatial axes and C"):
+            assert rule.apply(odd, target, False) is None
         assert rule.apply(plain, target, False) is None
 
 

@@ -19,6 +19,19 @@ def require_module(name: str, message: str):
         raise ImportError(message) from exception
 
 
+def one_line(err: BaseException) -> str:
+    """A one-line rendering of any exception (TVM errors carry multi-line tracebacks)."""
+    text = str(err).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # TVM/FFI errors put "Traceback ..." and frames first; the message is the last line.
+    if lines and lines[0].startswith("Traceback"):
+        lines = lines[-1:]
+    line = lines[0] if lines else type(err).__name__
+    if len(lines) > 1:
+        line += " ..."
+    return line
+
+
 class TvmPoolError(Exception):
     """Base class of every error tvm_pool raises on purpose."""
 

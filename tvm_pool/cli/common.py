@@ -17,7 +17,7 @@ import traceback
 import warnings
 from typing import Sequence
 
-from ..errors import TvmPoolError
+from ..errors import TvmPoolError, one_line
 
 EXIT_ERROR = 2
 
@@ -63,19 +63,6 @@ class Progress:
             print(f"tvm-pool: [{self.index}/{self.total}] {message} (+{elapsed:.1f}s)", file=sys.stderr, flush=True)
 
 
-def one_line(err: BaseException) -> str:
-    """A one-line rendering of any exception (TVM errors carry multi-line tracebacks)."""
-    text = str(err).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # TVM/FFI errors put "Traceback ..." and frames first; the message is the last line.
-    if lines and lines[0].startswith("Traceback"):
-        lines = lines[-1:]
-    line = lines[0] if lines else type(err).__name__
-    if len(lines) > 1:
-        line += " ..."
-    return line
-
-
 def describe(err: BaseException) -> str:
     """The one line ``tvm-pool: error: ...`` says for ``err``."""
     if isinstance(err, (CliError, TvmPoolError)):
@@ -102,7 +89,7 @@ def inspect_each(items: list, inspect_one, noun: str, path: str) -> int:
         print(f"no pooling {noun}s")
         return 0
     failures = 0
-    with tuning_log_warnings_shown():  # each once, after the items; -q does not hide them
+    with user_warnings_shown():  # each once, after the items; -q does not hide them
         for index, item in enumerate(items):
             failures += inspect_one(index, item)
     if failures:
@@ -111,24 +98,29 @@ def inspect_each(items: list, inspect_one, noun: str, path: str) -> int:
 
 
 @contextlib.contextmanager
-def tuning_log_warnings_shown():
-    """Show the warnings about the user's tuning logs (``tvm_pool.tuning.TuningLogWarning``: a
-    log truncated, corrupt, unreadable or tuned for another target, so skipped in part or whole)
-    as ``tvm-pool: warning: ...`` lines on stderr, each once, when the block ends.
+def user_warnings_shown():
+    """Show the warnings that are news about the user's own model and files as
+    ``tvm-pool: warning: ...`` lines on stderr, each once, when the block ends: a tuning log
+    truncated, corrupt, unreadable or tuned for another target, so skipped in part or whole
+    (``tvm_pool.tuning.TuningLogWarning``), and a pooling function a schedule rule declined, so
+    left to TVM's default code (``tvm_pool.schedules.ScheduleDeclined``).
 
     Neither ``-q`` (it silences progress, not news about the user's own files) nor a
     :func:`native_output_captured` inside the block (which a ``-q`` run never replays) hides
     them: they are held until the capture is undone. Other warnings go where they went before."""
-    # Imported here: only the commands that read tuning logs need tvm_pool.tuning.
+    # Imported here: only the commands that compile or read tuning logs need these modules.
+    from ..schedules import ScheduleDeclined  # pylint: disable=import-outside-toplevel
     from ..tuning import TuningLogWarning  # pylint: disable=import-outside-toplevel
 
+    news = (TuningLogWarning, ScheduleDeclined)
     held: list[str] = []
     with warnings.catch_warnings():  # restores the filters and showwarning
-        warnings.simplefilter("always", TuningLogWarning)
+        for category in news:
+            warnings.simplefilter("always", category)
         show = warnings.showwarning
 
         def hold(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, TuningLogWarning):
+            if issubclass(category, news):
                 held.append(str(message))
             else:
                 show(message, category, filename, lineno, file, line)
@@ -416,7 +408,7 @@ def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=Non
 
     mod = artifact.embed_signature(mod, signature)
     progress.step(f"compiling for {target_label(tgt)}")
-    with tuning_log_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
+    with user_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
         captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
         executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
     return executable, signature, tgt

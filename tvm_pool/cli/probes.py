@@ -26,16 +26,30 @@ def schedule_rule_for(probe_mod, target) -> str:
         if not isinstance(func, tirx.PrimFunc):
             continue
         func = func.with_attr("target", target)
-        for rule in rules:
-            if rule.apply(func, target, False) is not None:
-                found.append(getattr(rule, "name", None) or _rule_name(rule))
-                break
-        else:
-            found.append(None)
+        found.append(_first_rule(rules, func, target))
     names = [f for f in found if f]
     if not names:
         return "none (unscheduled)"
     return ", ".join(dict.fromkeys(names))
+
+
+def _first_rule(rules, func, target) -> str | None:
+    """The name of the first rule that schedules ``func``; a rule that declines it (a
+    ``ScheduleDeclined`` warning, as compile would give) is named with its reason."""
+    import warnings  # pylint: disable=import-outside-toplevel
+
+    from ..schedules import ScheduleDeclined  # pylint: disable=import-outside-toplevel
+
+    for rule in rules:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ScheduleDeclined)
+            applied = rule.apply(func, target, False)
+        declined = [w.message for w in caught if isinstance(w.message, ScheduleDeclined)]
+        if declined:
+            return f"none ({declined[0].family} declined it: {declined[0].reason})"
+        if applied is not None:
+            return getattr(rule, "name", None) or _rule_name(rule)
+    return None
 
 
 def _rule_name(rule) -> str:
