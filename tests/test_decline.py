@@ -124,3 +124,20 @@ def test_decline_reasons_are_one_line_for_multiline_errors(monkeypatch):
         x86.Pool().apply(_pool_func(), resolve_target("x86"), False)
     assert "\n" not in str(caught[0].message)
     assert caught[0].message.reason.startswith("KeyError: ")
+
+
+@x86_only
+def test_cli_compile_shows_the_decline_as_one_warning_line(monkeypatch, tmp_path, capfd):
+    """``tvm-pool compile`` goes on and says it, once per function, even with -q."""
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+    from tvm_pool.demo_model import demo_model  # pylint: disable=import-outside-toplevel
+
+    onnx.save(demo_model()[0], tmp_path / "cnn.onnx")
+    monkeypatch.setattr(cpu_passes, "_place_passes", _broken)
+    assert cli.main(["-q", "compile", str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "cnn.so")]) == 0
+    warned = [line for line in capfd.readouterr().err.splitlines() if "declined" in line]
+    assert warned and all(line.startswith("tvm-pool: warning: the x86 schedule declined '") for line in warned)
+    assert all(line.endswith("IndexError: Index out of range. size: 1, got index 2") for line in warned), warned
+    assert len(set(warned)) == len(warned)
