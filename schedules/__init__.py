@@ -6,7 +6,8 @@ set (``tvm_pool.kind``, see tvm_pool/compute/common.py) and TOPI's ``meta_schedu
 One dlight-style rule per target family, its settings as data:
 
 - :mod:`.cpu`   the CPU rule, shared by every CPU family (its config in :mod:`.cpu_config`,
-                window reductions in :mod:`.cpu_reduction`, separable passes in :mod:`.cpu_passes`)
+                window reductions in :mod:`.cpu_reduction`, separable passes in :mod:`.cpu_passes`,
+                exact plane tilings over short rows in :mod:`.cpu_short_rows`)
 - :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths, x86's knobs
 - :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16, FMAX / -0.0 rewrites, its knobs
 - :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)

@@ -334,15 +334,15 @@ def loops_match_block(sch: s_tir.Schedule, main: MainBlock) -> bool:
     return len(loops) == len(block.iter_vars)
 
 
-def moving_reads(block, var, dims=None) -> list:
-    """``(step, extent)`` for each read region dimension of ``block`` whose index moves with
+def moving_reads(reads, var, dims=None) -> list:
+    """``(step, extent)`` for each region dimension of ``reads`` (a block's) whose index moves with
     ``var``: how far it moves per step of ``var``, and the region's extent there (None where
     either is not a static linear function of ``var``). ``dims``: only the region's dimensions
     whose index it names (e.g. ``[-1]``, the innermost). Reads that stay put as ``var`` moves
     are left out: a per-channel parameter of a fused producer or consumer, whatever its rank
     (inlined into a pass, a BatchNorm's ``param[c]`` is a 1-D read of a 5-D block)."""
     found = []
-    for read in block.reads:
+    for read in reads:
         regions = list(read.region)
         for rng in (regions if dims is None else [regions[d] for d in dims if -len(regions) <= d < len(regions)]):
             coeffs = detect_linear_equation(rng.min, [var])

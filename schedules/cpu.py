@@ -42,6 +42,11 @@ reach it:
   6. no ``pragma_loop_partition_hint``: TVM 0.27's LoopPartition mixes int32 and int64 bounds
      on the int64 loops Relax produces (a build error for windows that touch padding).
 
+Channel-first windows that tile their planes exactly (kernel = stride, no padding) over output
+rows shorter than a register take neither: on x86 each plane is copied with the window's rows
+set apart, and its outputs are one flat loop (:mod:`.cpu_short_rows`; LLVM gathered across such
+short rows).
+
 Channel-last pools (``[N, *spatial, C]``, blocks annotated ``tvm_pool.layout``; which loops are
 spatial: ``analysis.axis_roles``) take the same two paths, with the steps that depend on where
 the channels are in :mod:`.cpu_channels`: the batch and the outer output rows in parallel (tiles
@@ -50,7 +55,7 @@ registers), the padding inlined into the first pass with its columns cut at the 
 window taps unrolled into accumulators that stay in registers. The passes keep the geometry of
 the channel-first schedule above (each at the loop of the axis it reduces).
 
-The choices come from the x86 benchmark in ``bench/`` (see the README's table) and the aarch64
+The choices come from the x86 benchmark in ``bench/`` (see docs/bench_x86.md) and the aarch64
 instruction counts in ``bench/arm_instructions.py``; :class:`.cpu_config.CpuConfig` says what
 was measured. Every step is tried at the full level first; a PrimFunc a step cannot handle (TVM
 refuses a primitive: :data:`.analysis.SCHEDULE_ERRORS`) falls back to a lower level (no

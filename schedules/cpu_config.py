@@ -103,6 +103,17 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # lanes, 0.38 ms with 16). The sums round differently from the compute's in-order loop: a
     # few ulp of the sum, within the tolerances the average tests hold against onnxruntime.
     max_partial_sum_lanes: int = 8
+    # A long sum (a global average over a large plane: at least long_sum_taps taps) keeps
+    # whole registers of partial sums, long_sum_registers of them, whose adds overlap: one
+    # 8-lane chain was bound by the add's latency (x86 AVX-512, global average at 2 threads,
+    # 8 / 16 / 32 lanes: 8x40x112x112 0.41 / 0.22 / 0.215 ms, 1x144x56x56 0.046 / 0.026 /
+    # 0.024 ms, 8x512x28x28 0.46 / 0.45 / 0.36 ms).
+    long_sum_taps: int = 256
+    long_sum_registers: int = 2
+    # Are channel-first windows that tile their planes exactly, over output rows shorter than
+    # a register, one flat loop per plane over a copy that sets the window's rows apart
+    # (schedules/cpu_short_rows.py)? x86: LLVM gathered and scattered across such rows.
+    plane_copy_short_rows: bool = False
     # The rest of a row after its whole registers is vectorised too from this many lanes on (a
     # half NEON register: 3x3 s3 max over 96x54x54, rows of 16 + 2 outputs: 5.10 -> 4.43
     # instructions per output; scalar, the 2 took as many instructions as the 16).
@@ -213,5 +224,5 @@ def inner_read_stride(sch, block):
     parameter, are skipped; 0 when none moves). None: unknown."""
     info = sch.get(block)
     n_spatial = sum(1 for iv in info.iter_vars if int(iv.iter_type) == 0)
-    steps = analysis.moving_reads(info, info.iter_vars[n_spatial - 1].var, dims=[-1])
+    steps = analysis.moving_reads(info.reads, info.iter_vars[n_spatial - 1].var, dims=[-1])
     return steps[0][0] if steps else 0

@@ -10,6 +10,7 @@ from tvm.sym.pattern import detect_linear_equation
 
 from . import analysis, cpu_channels
 from .cpu_config import FULL, NO_VECTOR, CpuConfig, choose_lanes, dtype_bits, inner_read_stride, register_tile
+from .cpu_short_rows import plane_tiling, schedule_planes
 
 
 def schedule_block(sch: s_tir.Schedule, block, config: CpuConfig, level: int = FULL) -> None:
@@ -48,6 +49,9 @@ def schedule_block(sch: s_tir.Schedule, block, config: CpuConfig, level: int = F
         return
     lead, out = spatial[peel:n_lead], spatial[n_lead:]
     consumers = analysis.attachable_consumers(sch, block)
+    if level >= NO_VECTOR and not peel and (tiling := plane_tiling(sch, block, config)) is not None:
+        schedule_planes(sch, block, tiling, consumers, config)
+        return
     pads = [p for p in sch.get_producers(block) if analysis.pool_kind(sch.get(p)) == "pad"]
     if level == FULL and len(info.writes) == 1 and lead and out and pads:
         # Padded windows: the padded copy per plane makes every tap unconditional (below).
@@ -137,7 +141,8 @@ def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):
     if not analysis.pool_kind(sch.get(block)).endswith("_sum") or taps is None or taps <= config.max_unrolled_row_taps:
         return None
     dtype = analysis.region_dtype(sch.get(block).writes[0])
-    lanes = min(max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1), config.max_partial_sum_lanes)
+    register = max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1)
+    lanes = register * config.long_sum_registers if taps >= config.long_sum_taps else min(register, config.max_partial_sum_lanes)
     if lanes < 2 or not _contiguous_taps(sch, block):
         return None
     tap = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]

@@ -33,6 +33,7 @@ KNOBS = (
     ("last pass: LLVM's vectoriser", {"in_cache_bytes": -1}),
     ("last pass: gathered TVM vectors", {"in_cache_bytes": HUGE}),
     ("tile: pass rows in 128-lane chunks", {"max_vector_row": 128}),
+    ("short rows: row loops (no plane copy)", {"plane_copy_short_rows": False}),
 )
 
 
@@ -51,4 +52,5 @@ class Pool(cpu.Pool):
         return is_x86(target)
 
     def config(self, target: Target) -> CpuConfig:
-        return CpuConfig("x86", vector_bits=x86_vector_bits(target), num_threads=target_threads(target))
+        return CpuConfig("x86", vector_bits=x86_vector_bits(target), num_threads=target_threads(target),
+                         plane_copy_short_rows=True)

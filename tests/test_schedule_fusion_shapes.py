@@ -92,6 +92,19 @@ SHAPES = {
         [(1, 4, 4, 6, 6), (4,), (1, 3, 4, 6, 6), (3,)],
         lambda x, s, y, t: [compute.max_pool(_concat(_relu(_affine(x, s)), _relu(_affine(y, t))), [2, 2, 2], strides=[2, 2, 2])],
     ),
+    # windows that tile planes exactly over rows shorter than a register (schedules/cpu_short_rows.py):
+    # a producer, an Add with a branch; a BatchNorm, the output used twice; a bias
+    "short_rows_max_relu_add": (
+        [(2, 3, 28, 28), (2, 3, 14, 14)],
+        lambda x, y: [_add(compute.max_pool(_relu(x), [2, 2], strides=[2, 2]), y)],
+    ),
+    "short_rows_avg_bn_two_uses": (
+        [(1, 5, 14, 14), (5,)],
+        lambda x, s: (lambda p: [_relu(p), topi.multiply(p, p)])(compute.avg_pool(_affine(x, s), [2, 2], strides=[2, 2])),
+    ),
+    "short_rows_max3_bias": (
+        [(1, 4, 27, 27), (1, 4, 1, 1)], lambda x, b: [_add(compute.max_pool(x, [3, 3], strides=[3, 3]), b)],
+    ),
     # large enough for the parallel paths (planes in parallel, the Concat's own parallel loop)
     "concat_large": ([(2, 16, 48, 48)], lambda x: [_concat(_max3(_relu(x)), _relu(x))]),
 }
@@ -220,3 +233,20 @@ def test_pointwise_predicate():
     assert not analysis.is_pointwise_over(sch, sch.get_sblock("T_concat"), owned)
     attached = [sch.get(rv).name_hint for rv in analysis.attachable_consumers(sch, pool_rv)]
     assert attached == ["T_add"]
+
+
+@pytest.mark.parametrize("name", [n for n in SHAPES if n.startswith("short_rows_")])
+def test_short_rows_take_the_plane_copy(name):
+    """Exact tilings over rows shorter than a register: each plane is copied with the window's
+    rows set apart (a buffer of one more axis) and the outputs are one flat loop."""
+    func, _, _ = _prim_func(name)
+    with TARGET:
+        sch = x86.Pool().apply(func, TARGET, False)
+    copies = [b for b in _blocks(sch.mod["main"]) if b.name_hint.endswith("_global")]
+    assert copies and all(len(analysis.region_buffer(b.writes[0]).shape) == 5 for b in copies)
+
+
+def _blocks(func):
+    found = []
+    tvm_ffi.structural_walk(func, (tirx.SBlock if hasattr(tirx, "SBlock") else s_tir.SBlock, found.append))
+    return found

@@ -50,6 +50,17 @@ def taps_always_inside(w: spec.AxisWindow) -> bool:
     return w.pad_begin == 0 and last_tap < w.in_size
 
 
+def taps_always_in_padded(w: spec.AxisWindow) -> bool:
+    """True when every tap of every window lands in the data or its padding, never in the
+    ceil-mode overhang: a divisor that counts the padding is then the kernel for every window."""
+    if isinstance(w.kernel, tirx.Expr):
+        return True
+    if not spec.is_static(w.in_size, w.out_size, w.pad_begin, w.pad_end):
+        return False
+    last_tap = (w.out_size - 1) * w.stride - w.pad_begin + (w.kernel - 1) * w.dilation
+    return last_tap < w.in_size + w.pad_end
+
+
 def window_access(data, windows, out_idx, rvars):
     """The input index and in-bounds predicate of one tap."""
     lead = len(data.shape) - len(windows)
@@ -164,7 +175,9 @@ def window_count(windows, out_spatial, count_padding: bool):
     ``count_padding``) those in the explicit/SAME padding; never the ceil-mode overhang."""
     count = None
     for w, o in zip(windows, out_spatial):
-        if count_padding:
+        if count_padding and taps_always_in_padded(w):
+            n = w.kernel  # a constant divisor: no per-output count arithmetic in the finalize
+        elif count_padding:
             n = spec.window_tap_count(w, o, -spec.as_dim(w.pad_begin), w.in_size + spec.as_dim(w.pad_end))
         elif taps_always_inside(w):
             n = w.kernel
