@@ -223,6 +223,12 @@ def _is_pass(sch: s_tir.Schedule, rv) -> bool:
     return PASS_AXIS_ATTR in block_annotations(sch.get(rv))
 
 
+def _is_unit(sch: s_tir.Schedule, rv) -> bool:
+    """Is ``rv`` a pooling unit's block: a pass, or a pooling block with reduction iterators?"""
+    block = sch.get(rv)
+    return _is_pass(sch, rv) or (is_pool_block(block) and is_reduction(block))
+
+
 def _is_intermediate_pass(sch: s_tir.Schedule, rv) -> bool:
     """A pass feeding a later pass of the same pool (kind ``<kind>_pass``; the result pass has
     the pool's own kind)."""
@@ -304,13 +310,15 @@ def attachable_consumers(sch: s_tir.Schedule, blocks) -> list:
     """The root blocks that are pointwise over what ``blocks`` write, or over what such a block
     writes, transitively (see above), in program order. Program order is a topological order,
     so one pass finds them all; a block that is not pointwise is skipped, and so is everything
-    that reads it (it and they stay at the root)."""
+    that reads it (it and they stay at the root). Another pool's window reduction or pass is
+    never one, pointwise or not (a 1x1 pool after a pool): it is a unit of its own, which its own
+    schedule places."""
     blocks = list(blocks) if isinstance(blocks, (list, tuple)) else [blocks]
     owned = [b for rv in blocks for b in written_buffers(sch, rv)]
     names = {sch.get(rv).name_hint for rv in blocks}
     attached = []
     for rv in root_blocks(sch):
-        if sch.get(rv).name_hint in names:
+        if sch.get(rv).name_hint in names or _is_unit(sch, rv):
             continue
         if is_pointwise_over(sch, rv, owned):
             attached.append(rv)

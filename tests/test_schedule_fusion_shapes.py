@@ -69,6 +69,8 @@ SHAPES = {
         [(2, 1, 11)],
         lambda x: [compute.lp_pool(compute.max_pool(_relu(x), [4], auto_pad="VALID"), [3], dilations=[2], ceil_mode=True, p=1)],
     ),
+    # a 1x1 pool after a pool: pointwise over it, but a unit of its own (TFLite seed 1009)
+    "one_tap_after_pool": ([(1, 4, 8, 8)], lambda x: [_relu(compute.max_pool(compute.max_pool(x, [2, 2], strides=[2, 2]), [1, 1]))]),
     "add_of_two_pools": ([(1, 3, 8, 8)], lambda x: [_add(_max3(x), _avg3(x))]),
     "two_pools_concat": ([(1, 3, 8, 8)], lambda x: [_concat(_max3(x), _avg3(_relu(x)))]),
     # a producer that is also an output of the function
