@@ -374,6 +374,15 @@ def pad_data_range(pad_block, dim: int = -1):
     return -int(coeffs[1]), int(n)
 
 
+def holds_one_block(sch: s_tir.Schedule, loop) -> bool:
+    """Is ``loop`` the innermost loop of exactly one block (its body that block, no other
+    block or loop inside)? Only such a loop may be vectorised: a loop that also holds a padded
+    copy, a pass or a consumer (a consumer placed at the parallel loop, with no loop of its own
+    left) is not that block's row, and TVM vectorised such a loop into wrong values (aarch64,
+    a 4x1 average over a 5x1 plane)."""
+    return isinstance(sch.get(loop).body, s_tir.SBlockRealize)
+
+
 def loop_extent(sch: s_tir.Schedule, loop) -> int | None:
     """A loop's static extent (None when it is symbolic)."""
     ext = sch.get(loop).extent

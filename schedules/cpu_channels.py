@@ -107,9 +107,10 @@ def vectorize_channels(sch, block, config: CpuConfig, fuse_row: bool = False):
     extent = analysis.loop_extent(sch, loop)
     dtype = analysis.region_dtype(sch.get(block).writes[0])
     lanes = register_lanes(config, dtype)
-    if extent is None or extent < 2:
+    if extent is None or extent < 2 or not analysis.holds_one_block(sch, loop):
         return None
-    if fuse_row and extent < lanes and len(loops) > 1 and analysis.loop_extent(sch, loops[-2]) is not None:
+    if (fuse_row and extent < lanes and len(loops) > 1 and analysis.loop_extent(sch, loops[-2]) is not None
+            and len(sch.get_child_blocks(loops[-2])) == 1):
         loop = sch.fuse(loops[-2], loop)
         extent = analysis.loop_extent(sch, loop)
     chunk = lanes * config.channel_vector_registers

@@ -193,7 +193,7 @@ def _vectorize_passes(sch, chain, consumers, inlined_pad, source_bytes, config: 
             if inlined_pad is not None and block.same_as(inlined_pad[0]):
                 continue  # cut at the padding's edges above, LLVM's
             loop = sch.get_loops(block)[-1]
-            if (analysis.loop_extent(sch, loop) or 0) <= config.max_short_row:
+            if (analysis.loop_extent(sch, loop) or 0) <= config.max_short_row and analysis.holds_one_block(sch, loop):
                 sch.vectorize(loop)
         return
     # Without gathers, a strided last pass is TVM-vectorised only where its strided loads become
@@ -399,9 +399,10 @@ def _plane_bytes(block, rank: int) -> int:
 
 
 def _vectorize_row(sch, loop, config: CpuConfig, dtype: str, long_chunks: bool = False) -> None:
-    """TVM-vectorise a contiguous pass row: whole when it is short, else in equal chunks."""
+    """TVM-vectorise a contiguous pass row: whole when it is short, else in equal chunks (not
+    a loop that holds more than the row's block: :func:`.analysis.holds_one_block`)."""
     extent = analysis.loop_extent(sch, loop)
-    if extent is None or extent < 2:
+    if extent is None or extent < 2 or not analysis.holds_one_block(sch, loop):
         return
     if config.vector_row_registers is None:
         if extent <= config.max_vector_row:
