@@ -15,7 +15,7 @@ candidate's build and measurement (session) times, c build threads and N devices
 
 plus MetaSchedule's own work between batches (candidate generation, cost model: on the host, not
 parallel); the pooling search's rounds wait for each other (a round of k candidates costs
-ceil(k/N)*r). Measured and modelled figures: the README's "Tune for a new device".
+ceil(k/N)*r). Measured and modelled figures: docs/tuning.md, "A farm: every device under the key".
 
 Failures cost only the candidates they hit:
 

@@ -14,7 +14,7 @@ from .logs import TVM_ERRORS, short_error
 
 logger = logging.getLogger(__name__)
 
-# Settings for a small machine (2 cores): measured in the README's Tune section.
+# Settings for a small machine (2 cores): measured in docs/tuning.md, "What is tuned, how".
 EVALUATOR = dict(number=5, repeat=3, min_repeat_ms=20, enable_cpu_cache_flush=False)
 
 
