@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import warnings
 from pathlib import Path
@@ -35,22 +34,18 @@ from tvm_pool import emulation
 from tvm_pool.cli.compile import export_compiler
 from tvm_pool.targets import resolve_target
 
-from helpers import CROSS_CXX, assert_matches, tolerance
+from helpers import CROSS_CXX, assert_matches, emulated_device, needs_cross_compiler, needs_qemu, tolerance
 from oracles import IR_VERSION, pool_model, run_onnxruntime, run_tvm_pool
 from test_deploy import compile_demo, run_cpp_example
 from tuning_helpers import assert_applied, conv_pool_model, free_port, host_processes, start_tracker, tasks, wait_for_server
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(shutil.which(CROSS_CXX) is None,
-                                reason=f"{CROSS_CXX} missing: apt-get install g++-aarch64-linux-gnu")
+pytestmark = [needs_cross_compiler, needs_qemu]  # every test runs on the emulated device
 
 
 @pytest.fixture(scope="session")
 def device():
-    try:
-        return emulation.build(quiet=True)
-    except emulation.EmulationError as err:
-        pytest.skip(f"emulated aarch64 device unavailable: {err}")
+    return emulated_device()
 
 
 def _input(shape, dtype, seed):

@@ -21,6 +21,11 @@ from tvm_pool.bench import peers, report, runner, timing
 from tvm_pool.bench.workloads import QUICK
 from tvm_pool.thread_pool import BIND_THREADS_VARIABLE
 
+from helpers import needs_package
+
+# The benchmark times its copy limit with torch (bench/timing.py copy_runner), and torch is a peer.
+needs_torch = needs_package("torch", "the benchmark's copy limit and its torch peer")
+
 
 def _workload(name):
     (w,) = [w for w in runner.workloads(quick=False) if w.name == name]
@@ -47,6 +52,7 @@ def test_out_bytes_counts_every_output():
     assert runner.out_bytes(runner.build_model(with_indices)) == 64 * 56 * 56 * (4 + 8)
 
 
+@needs_torch
 def test_copy_limit_moves_the_workloads_bytes():
     """The copy limit copies n bytes to n bytes, reading and writing as much as the workload."""
     assert timing.copy_size(1000, 200) == 600
@@ -173,6 +179,7 @@ def _fake_starters(monkeypatch, **overrides):
         monkeypatch.setitem(peers.STARTERS, peer, overrides.get(peer, fine))
 
 
+@needs_torch
 def test_a_peer_that_cannot_run_is_recorded_and_the_rest_run(monkeypatch, no_settle, capsys):
     def tvm_refuses(model, x, threads, w=None):
         raise peers.NotAvailable("Missing outputs during conversion")
@@ -201,6 +208,7 @@ def test_a_peer_that_cannot_run_is_recorded_and_the_rest_run(monkeypatch, no_set
     assert "[1t] resnet_gap: tvm_pool" in capsys.readouterr().err
 
 
+@needs_torch
 def test_a_bug_in_a_peer_stops_the_benchmark(monkeypatch, no_settle):
     def buggy(model, x, threads, w=None):
         return {}["no such key"]
@@ -240,6 +248,7 @@ def test_main_runs_one_child_per_thread_count_and_writes_the_report(monkeypatch,
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
 
+@needs_torch
 def test_one_workload_every_peer(no_settle):
     """The real peers on one small workload: all of them run, and the row's figures follow
     from its times."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+pytest.importorskip("torch")  # PyTorch is this file's oracle: skip the file without it
+import torch  # noqa: E402
 import torch.nn.functional as F
 import tvm
 from tvm import relax

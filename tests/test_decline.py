@@ -18,6 +18,8 @@ from tvm_pool.schedules import ScheduleDeclined, arm, cpu_passes, cuda, x86
 from tvm_pool.targets import host_target, resolve_target
 from helpers import x86_only
 
+pytestmark = pytest.mark.declines
+
 
 def _max_pool_module():
     bb = relax.BlockBuilder()

@@ -16,7 +16,7 @@ import pytest
 
 from tvm_pool import artifact
 from tvm_pool.demo_model import demo_model
-from helpers import CROSS_CXX, EM_AARCH64, assert_matches, elf_machine, run_cli
+from helpers import EM_AARCH64, assert_matches, elf_machine, needs_cross_compiler, run_cli
 from oracles import by_name, run_onnxruntime
 
 pytest.importorskip("onnxruntime")
@@ -156,7 +156,7 @@ def test_cpp_binary_links_only_the_runtime(cpp_binary):
     assert "libtvm_runtime.so" in libs and "libtvm_compiler" not in libs
 
 
-@pytest.mark.skipif(shutil.which(CROSS_CXX) is None, reason=f"{CROSS_CXX} missing: apt-get install g++-aarch64-linux-gnu")
+@needs_cross_compiler
 def test_arm_artifact_is_aarch64_elf(artifact_so):
     root, _, _, _ = artifact_so
     so = root / "cnn_arm.so"

@@ -30,12 +30,12 @@ import tvm_ffi
 from tvm import relax, s_tir, te
 
 import cuda_checks as cc
+from helpers import needs_gpu, needs_nvcc
 import tvm_pool
 from tvm_pool import compute, relax_ops, targets
 from tvm_pool.schedules import cuda, rules_for
 
 SM80 = {"kind": "cuda", "arch": "sm_80"}
-needs_nvcc = pytest.mark.skipif(not cc.have_nvcc(), reason="nvcc (CUDA toolkit) is not on PATH: no ptxas check")
 
 
 module = cc.module
@@ -1020,16 +1020,6 @@ def test_simulation_matches_torch(case):
 # ---------------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------------
-
-
-def _cuda_device():
-    try:
-        return tvm.cuda(0).exist
-    except Exception:  # pylint: disable=broad-except
-        return False
-
-
-needs_gpu = pytest.mark.skipif(not _cuda_device(), reason="no CUDA device on this machine (tvm.cuda(0) does not exist)")
 
 
 def _device_target():

@@ -22,6 +22,7 @@ from tvm import relax
 
 import tvm_pool
 from tvm_pool import relax_ops
+from tvm_pool.block_builders import closed_on_error
 from tvm_pool.errors import InvalidModelError
 from helpers import compile_vm
 
@@ -32,7 +33,7 @@ TYPES = ["MAX", "AVERAGE", "MAX_AVERAGE_BLEND"]
 def _run_relax(x, **kwargs):
     bb = relax.BlockBuilder()
     xv = relax.Var("x", relax.TensorType(list(x.shape), str(x.dtype)))
-    with bb.function("main", [xv]):
+    with closed_on_error(bb), bb.function("main", [xv]):  # the error tests raise in there
         with bb.dataflow():
             out = bb.emit_output(relax_ops.tensorrt_pool(bb, xv, **kwargs))
         bb.emit_func_output(out)

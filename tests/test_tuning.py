@@ -349,6 +349,27 @@ def test_cli_tune_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     assert len(lines) == 1 and lines[0].startswith("tvm-pool: error:") and message in lines[0], err
 
 
+@pytest.mark.parametrize("toolchain", ["installed", "missing"])
+def test_cli_tune_arm_without_device_says_rpc_first(tmp_path, capsys, monkeypatch, toolchain):
+    """Tuning for arm without --rpc-tracker: the line says first that this machine cannot measure
+    arm code (no install changes that), and names the missing cross compiler in the same line,
+    so a user learns both at once. Both situations on any machine: which() answers for the tool."""
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+    from helpers import CROSS_CXX  # pylint: disable=import-outside-toplevel
+
+    real_which = shutil.which
+    fake = str(tmp_path / CROSS_CXX) if toolchain == "installed" else None
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: fake if name == CROSS_CXX else real_which(name, *a, **k))
+    assert cli.main(["tune", pool_onnx(tmp_path / "pool.onnx"), "--target", "arm"]) == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tvm-pool: error: target aarch64-linux-gnu is not this machine's CPU")
+    assert "--rpc-tracker HOST:PORT --rpc-key KEY" in lines[0]
+    if toolchain == "missing":
+        assert f"cross compiler {CROSS_CXX}, not found (apt-get install g++-aarch64-linux-gnu)" in lines[0]
+    else:
+        assert "cross compiler" not in lines[0]
+
+
 @pytest.mark.parametrize("family_target", [{"kind": "llvm", "mcpu": "znver4", "num-cores": 2},
                                            {"kind": "llvm", "mcpu": "haswell", "num-cores": 2}])
 def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch):

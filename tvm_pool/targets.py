@@ -217,17 +217,26 @@ def foreign_triple(target: Target) -> str | None:
     return None if arch == _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower()) else triple
 
 
+def missing_cross_compiler(target: Target) -> str | None:
+    """The cross g++ that building for ``target`` needs (``aarch64-linux-gnu-g++``) when it is not
+    on PATH, else None (also for this machine's CPU, which needs none)."""
+    import shutil
+
+    triple = foreign_triple(target)
+    if triple is None or shutil.which(f"{triple}-g++") is not None:
+        return None
+    return f"{triple}-g++"
+
+
 def export_compiler(target: Target):
     """``fcompile`` for export_library: None for this machine, a cross g++ for another CPU.
 
     A missing cross toolchain is a TvmPoolError saying what to install."""
-    import shutil
-
     triple = foreign_triple(target)
     if triple is None:
         return None
     compiler = f"{triple}-g++"
-    if shutil.which(compiler) is None:
+    if missing_cross_compiler(target):
         raise TvmPoolError(
             f"cross compiler {compiler} not found (needed for target {triple}); install it with: apt-get install g++-{triple}"
         )

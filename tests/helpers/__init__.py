@@ -1,6 +1,12 @@
-"""What several test files need, written once: which host this is, how close each kind of
+"""What several test files need, written once: which host this is, the optional tools a test
+needs (each a skip marker saying what is missing and how to get it), how close each kind of
 comparison must come, named outputs against an oracle's, a Relax module compiled to a VM, the
 ``tvm-pool`` command in its own process, and an ELF file's machine.
+
+Optional tools are found as a user's machine finds them: programs on ``PATH`` (``shutil.which``),
+packages by import, a GPU by TVM's runtime. An optional *package* a whole test file imports is
+skipped with ``pytest.importorskip`` at the top of the file (``conftest.py`` also turns a
+collection ``ModuleNotFoundError`` of one of :data:`OPTIONAL_PACKAGES` into a skip).
 
 The ONNX model builders and the runners of tvm_pool and the oracles are in ``oracles.py``; the
 fixtures (this machine's target, a seeded generator) in ``conftest.py``.
@@ -8,6 +14,8 @@ fixtures (this machine's target, a seeded generator) in ``conftest.py``.
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +29,77 @@ import tvm_pool
 from tvm_pool.targets import is_x86, resolve_target
 
 CROSS_CXX = "aarch64-linux-gnu-g++"
+QEMU_AARCH64 = "qemu-aarch64"
 EM_AARCH64 = 183  # ELF e_machine of aarch64
+
+# Installed by the test extra (pip install -e '.[test]'), absent on a lean machine: a test that
+# needs one skips, naming it. Top-level import names.
+OPTIONAL_PACKAGES = {
+    "torch": "pip install 'tvm_pool[torch]'",
+    "torchvision": "pip install torchvision",
+    "onnxscript": "pip install onnxscript",
+    "tflite": "pip install 'tvm_pool[tflite]'",
+    "ai_edge_litert": "pip install ai-edge-litert",
+}
+
+
+def has_package(name: str) -> bool:
+    """Whether the package ``name`` can be imported (without importing it)."""
+    return importlib.util.find_spec(name) is not None
+
+
+def needs_package(name: str, why: str = ""):
+    """A skip marker for a test that imports ``name`` inside (a file that imports it at the top
+    uses ``pytest.importorskip``); ``why``: what the test uses it for, said in the reason."""
+    hint = OPTIONAL_PACKAGES.get(name, f"pip install {name}")
+    because = f" ({why})" if why else ""
+    return pytest.mark.skipif(not has_package(name), reason=f"{name} is not installed{because}: {hint}")
+
+
+needs_torch = needs_package("torch")
+needs_tflite = needs_package("tflite")
+
+# The aarch64 cross toolchain: `tvm-pool compile --target arm` links with it.
+needs_cross_compiler = pytest.mark.skipif(
+    shutil.which(CROSS_CXX) is None, reason=f"{CROSS_CXX} missing: apt-get install g++-aarch64-linux-gnu"
+)
+# qemu-user runs the emulated aarch64 device (tvm_pool/emulation.py). The tests do not install it
+# (emulation.build would, as root): .ci/run does.
+needs_qemu = pytest.mark.skipif(
+    shutil.which(QEMU_AARCH64) is None, reason=f"{QEMU_AARCH64} missing: apt-get install qemu-user"
+)
+# nvcc/ptxas check the generated CUDA (tests/cuda_checks.py); TVM itself writes CUDA source
+# without it. Found on PATH, as cuda_checks.have_nvcc does.
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc (CUDA toolkit) is not on PATH: no ptxas/PTX check"
+)
+
+
+def cuda_device_present() -> bool:
+    """Whether TVM's runtime sees a CUDA device (False where TVM has no CUDA runtime at all)."""
+    try:
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # pylint: disable=broad-except  (no CUDA runtime library: TVMError, OSError)
+        return False
+
+
+NO_GPU_REASON = "no CUDA device on this machine (tvm.cuda(0) does not exist)"
+# conftest.py also skips every `gpu`-marked test with this reason when no device is present.
+needs_gpu = pytest.mark.skipif(not cuda_device_present(), reason=NO_GPU_REASON)
+
+
+def emulated_device():
+    """The emulated aarch64 device (built on first use, about a minute), for a fixture; skips,
+    saying what is missing, without the cross compiler, qemu-aarch64 or the registries."""
+    from tvm_pool import emulation  # pylint: disable=import-outside-toplevel
+
+    for mark in (needs_cross_compiler, needs_qemu):
+        if mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    try:
+        return emulation.build(quiet=True)
+    except emulation.EmulationError as err:
+        pytest.skip(f"emulated aarch64 device unavailable: {err}")
 
 
 def host_is_x86() -> bool:

@@ -7,6 +7,7 @@ import sys
 import time
 import traceback
 
+from ..block_builders import closed_on_error
 from ..demo_model import demo_model
 from .common import (
     EXIT_ERROR,
@@ -70,7 +71,8 @@ def stock_tvm_import(model) -> str:
     with native_output_captured() as captured:
         captured.replay = False
         try:
-            from_onnx(onnx_copy(model))
+            with closed_on_error():  # TVM's importer leaves its builder open when it fails
+                from_onnx(onnx_copy(model))
         except MODEL_ERRORS as err:  # stock TVM 0.27 asserts "Missing outputs during conversion"
             message = f"import fails: {one_line(err)}"
             traceback.clear_frames(err.__traceback__)

@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as tvm_onnx
 
+from ..block_builders import closed_on_error
 from ..errors import InvalidModelError, OpContext, TvmPoolError, UnsupportedError
 # Importing the converter modules registers them (ONNX domain, then the custom domain tvm_pool).
 from . import average_pool, custom_ops, global_pool, lp_pool, max_pool, max_unpool  # noqa: F401
@@ -190,5 +191,7 @@ def from_onnx(
         sanitize=sanitize_input_names,
         domain_opsets=opsets,
     )
-    with _qualified_nodes(model.graph) as graph:
+    # A converter that raises inside TVM's `with bb.function()` leaves the builder's block open:
+    # closed before the error goes on (block_builders.py).
+    with _qualified_nodes(model.graph) as graph, closed_on_error(lambda: importer.bb):
         return importer.from_onnx(graph, opset)

@@ -19,6 +19,7 @@ import functools
 import torch
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+from ..block_builders import closed_on_error
 from .lp_pool import WRAPPERS
 from .pools import CONVERTERS
 
@@ -73,6 +74,11 @@ def from_exported_program(
         )
     if run_ep_decomposition and not _has_sparse_tensors(exported_program):
         exported_program = exported_program.run_decompositions(decomposition_table())
-    return PoolingExportedProgramImporter().from_exported_program(
-        exported_program, keep_params_as_input, unwrap_unit_return_tuple, no_bind_return_tuple, custom_convert_map
-    )
+    importer = PoolingExportedProgramImporter()
+    # TVM's importer creates its builder (block_builder) when it runs; a converter that raises
+    # inside its `with block_builder.function()` leaves a block open: closed before the error
+    # goes on (block_builders.py).
+    with closed_on_error(lambda: getattr(importer, "block_builder", None)):
+        return importer.from_exported_program(
+            exported_program, keep_params_as_input, unwrap_unit_return_tuple, no_bind_return_tuple, custom_convert_map
+        )

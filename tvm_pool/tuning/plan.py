@@ -16,7 +16,15 @@ from dataclasses import dataclass
 
 from .. import lowering
 from ..errors import TvmPoolError
-from ..targets import export_compiler, foreign_triple, num_cores, resolve_target, target_family, with_num_cores
+from ..targets import (
+    export_compiler,
+    foreign_triple,
+    missing_cross_compiler,
+    num_cores,
+    resolve_target,
+    target_family,
+    with_num_cores,
+)
 from .logs import runtime_threads
 from .remote import rpc_config, rpc_device, rpc_workers
 
@@ -70,12 +78,15 @@ def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float 
     target = resolve_target(target)
     if trials < 0:
         raise TvmPoolError(f"--trials must be >= 0, got {trials}")
-    fcompile = export_compiler(target)  # a missing cross toolchain
     if not rpc and foreign_triple(target):
+        # Before the cross toolchain: no install makes this machine measure another CPU, so this is
+        # the news a user needs first; a missing toolchain is named in the same line.
         raise TvmPoolError(
             f"target {foreign_triple(target)} is not this machine's CPU: its candidates cannot be measured here; "
             "measure them on the device through TVM's RPC tracker (tvm-pool tune --rpc-tracker HOST:PORT --rpc-key KEY)"
+            + _toolchain_note(target)
         )
+    fcompile = export_compiler(target)  # a missing cross toolchain
     device = rpc_device(rpc) if rpc else None
     workers = rpc_workers(rpc, device.count) if device else 0
     target = with_num_cores(target, device.threads if device else num_cores())
@@ -90,6 +101,14 @@ def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float 
         tasks=tasks, pool_tasks=pool_tasks, search_tasks=search_tasks, start=start, budget_s=budget_s,
         devices=device.count if device else 0, workers=workers,
     )
+
+
+def _toolchain_note(target) -> str:
+    """What else tuning for ``target`` needs here when its cross toolchain is missing, else ""."""
+    compiler = missing_cross_compiler(target)
+    if compiler is None:
+        return ""
+    return f"; building its candidates also needs the cross compiler {compiler}, not found (apt-get install g++-{foreign_triple(target)})"
 
 
 def _tasks(mod, target) -> tuple[list, list, list]:
