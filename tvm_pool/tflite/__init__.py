@@ -22,7 +22,10 @@ def from_tflite(model, shape_dict=None, dtype_dict=None, op_converter=None):
     the flatbuffer's bytes), except that MAX_POOL_2D, AVERAGE_POOL_2D and L2_POOL_2D go
     through tvm_pool's computes in NHWC with LiteRT's semantics: int8/uint8/int16 averages
     round half away from zero, fused activations clamp with TFLite's quantized bounds, SAME
-    padding as TFLite computes it. ``op_converter`` defaults to
+    padding as TFLite computes it; and MEAN over H and W (a global average pool) goes through
+    tvm_pool's global average pool with the fixed-point requantization of LiteRT's builtin
+    kernels (:mod:`tvm_pool.tflite.mean`; other MEANs stay TVM's). A conversion that fails
+    leaves no Relax BlockBuilder open. ``op_converter`` defaults to
     :class:`tvm_pool.tflite.importer.PoolingOperatorConverter` (subclass it to change more).
     Unsupported or invalid operators raise a one-line :class:`tvm_pool.TvmPoolError` naming the
     operator (by its output tensor)."""

@@ -1,5 +1,6 @@
-"""Small TFLite flatbuffers built from Python: single-op pooling models, several pools side by
-side in one model, and a small int8 CNN (conv, pools, fused ReLU6).
+"""Small TFLite flatbuffers built from Python: single-op pooling and MEAN models, several of them
+side by side in one model (also chains of two: a pool feeding a MEAN, ...), and a small int8 CNN
+(conv, pools, fused ReLU6).
 
 Built with the ``tflite`` package's generated builder functions and ``flatbuffers``; nothing is
 downloaded and TensorFlow is not needed. The bytes load in LiteRT
@@ -25,9 +26,12 @@ ACTIVATIONS = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3, "TANH": 4, "
 PADDINGS = {"SAME": 0, "VALID": 1}
 POOL_OPS = {"MAX_POOL_2D": 17, "AVERAGE_POOL_2D": 1, "L2_POOL_2D": 12}
 _CONV_2D = 3
+_MEAN = 40
 _POOL2D_OPTIONS = 5
 _CONV2D_OPTIONS = 1
-# Builtin operator versions by input type (TFLite's op_version.cc): float/uint8 1, int8 2, int16 3.
+_REDUCER_OPTIONS = 27
+# Builtin operator versions by input type (TFLite's op_version.cc): float/uint8 1, int8 2, int16 3
+# (MAX_POOL_2D, AVERAGE_POOL_2D, L2_POOL_2D and MEAN alike).
 _POOL_VERSION = {"float32": 1, "uint8": 1, "int8": 2, "int16": 3}
 
 
@@ -260,12 +264,75 @@ def add_pool(m: ModelBuilder, case: PoolCase, source: int, name: str) -> int:
     return out
 
 
-def pool_model(*cases: PoolCase) -> bytes:
-    """One pool per case, each with its own input (``x0``, ``x1``, ...) and output (``y0``, ...)."""
+def reducer_options(keep_dims: bool):
+    def write(b):
+        tflite.ReducerOptionsStart(b)
+        tflite.ReducerOptionsAddKeepDims(b, bool(keep_dims))
+        return tflite.ReducerOptionsEnd(b)
+
+    return write
+
+
+@dataclass(frozen=True)
+class MeanCase:
+    """One TFLite MEAN of a ``dtype`` tensor over ``axes`` (a constant int32 tensor), keeping
+    the reduced axes as 1 or dropping them; for the integer types the input and output
+    quantization. ``op`` is ``"MEAN"`` so that cases of both kinds read alike."""
+
+    input_shape: tuple
+    axes: tuple = (1, 2)
+    keep_dims: bool = True
+    dtype: str = "float32"
+    in_quant: Quant | None = None
+    out_quant: Quant | None = None
+    op: str = field(default="MEAN", init=False)
+
+    @property
+    def output_shape(self) -> tuple:
+        rank = len(self.input_shape)
+        axes = {a % rank for a in self.axes}
+        if self.keep_dims:
+            return tuple(1 if i in axes else d for i, d in enumerate(self.input_shape))
+        return tuple(d for i, d in enumerate(self.input_shape) if i not in axes)
+
+
+def add_mean(m: ModelBuilder, case: MeanCase, source: int, name: str) -> int:
+    """Append ``case``'s MEAN reading tensor ``source``; returns its output tensor."""
+    axes = m.tensor(f"{name}_axes", (len(case.axes),), "int32", data=np.array(case.axes, np.int32))
+    out = m.tensor(name, case.output_shape, case.dtype, case.out_quant)
+    m.operator(_MEAN, _POOL_VERSION.get(case.dtype, 1), [source, axes], [out], _REDUCER_OPTIONS,
+               reducer_options(case.keep_dims))
+    return out
+
+
+def add_op(m: ModelBuilder, case, source: int, name: str) -> int:
+    """Append ``case`` (a :class:`PoolCase` or a :class:`MeanCase`); returns its output tensor."""
+    return add_mean(m, case, source, name) if isinstance(case, MeanCase) else add_pool(m, case, source, name)
+
+
+def add_chain(m: ModelBuilder, chain, source: int, name: str) -> int:
+    """Append the cases of ``chain`` one after the other, each reading the previous one's output
+    (which must have the next one's input shape, type and quantization); the last output is
+    ``name``, the others ``name_0``, ``name_1``, ..."""
+    chain = list(chain)
+    for i, case in enumerate(chain):
+        if i:
+            prev = chain[i - 1]
+            if (case.input_shape, case.dtype, case.in_quant) != (prev.output_shape, prev.dtype, prev.out_quant):
+                raise ValueError(f"{case} does not read what {prev} writes")
+        source = add_op(m, case, source, name if i == len(chain) - 1 else f"{name}_{i}")
+    return source
+
+
+def pool_model(*cases) -> bytes:
+    """One operator per case (a :class:`PoolCase`, a :class:`MeanCase`, or a sequence of them
+    to chain, :func:`add_chain`), each with its own input (``x0``, ``x1``, ...) and output
+    (``y0``, ...)."""
     m = ModelBuilder()
     for i, case in enumerate(cases):
-        source = m.input(f"x{i}", case.input_shape, case.dtype, case.in_quant)
-        m.outputs.append(add_pool(m, case, source, f"y{i}"))
+        chain = case if isinstance(case, (list, tuple)) else [case]
+        source = m.input(f"x{i}", chain[0].input_shape, chain[0].dtype, chain[0].in_quant)
+        m.outputs.append(add_chain(m, chain, source, f"y{i}"))
     return m.finish()
 
 

@@ -5,8 +5,9 @@ Exactly as LiteRT's builtin kernels compute them (docs/conformance.md, section "
 - SAME puts the odd pad at the end and never pads below 0 (stride > filter: no padding);
   the average and L2 divisors count the taps in the data only.
 - int8/uint8/int16 averages accumulate in int32 and round half away from zero
-  (``acc > 0 ? (acc + n/2) / n : (acc - n/2) / n``); max and average need the input's and the
-  output's quantization to be equal (TFLite's quantization spec; LiteRT does not check it).
+  (``acc > 0 ? (acc + n/2) / n : (acc - n/2) / n``). Where the input's and the output's
+  quantization differ (TFLite's quantization spec wants them equal), the integers are pooled as
+  they are, not requantized, as LiteRT's kernels do; only the clamp reads the output's.
 - The fused activation clamps in the output's quantized domain with TFLite's own bounds
   (:func:`~tvm_pool.tflite.formulas.quantized_activation_bounds`: ``std::round``, not Python's
   ``round``), in the same PrimFunc as the pool, so it fuses.
@@ -141,11 +142,9 @@ def _quantized_bounds(ctx, tensors: PoolTensors, attrs: PoolAttributes):
     q_in, q_out = _quantization(tensors.data), _quantization(tensors.out)
     if "per-axis" in (q_in, q_out):
         raise InvalidModelError(ctx, "input and output must be quantized per tensor (one scale, one zero point)")
-    if q_in != q_out:
-        raise InvalidModelError(
-            ctx, f"input quantization (scale, zero_point) {q_in} and output {q_out} must be equal "
-            "(TFLite's quantization spec)",
-        )
+    # Input and output quantization may differ (the quantization spec wants them equal, LiteRT's
+    # kernels do not check): LiteRT pools the integers as they are and clamps with the output's
+    # parameters, never requantizing; so does tvm_pool (docs/conformance.md, T4).
     if q_out is None:
         if attrs.activation != "NONE":
             raise InvalidModelError(
