@@ -400,8 +400,11 @@ def import_model(convert, model, verbose: bool = False, quiet: bool = False, **k
     raise CliError(message)
 
 
-def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=None, shipped_logs: bool = True):
-    """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target)."""
+def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=None, shipped_logs: bool = True,
+                   source: str = ""):
+    """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target).
+    When ``source`` is the model's file, also says how much of the model has no tuning record
+    (:func:`say_tuning_coverage`), -q or not."""
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
     from .. import artifact  # pylint: disable=import-outside-toplevel
@@ -411,4 +414,34 @@ def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=Non
     with user_warnings_shown(), native_output_captured(enabled=not verbose) as captured:
         captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
         executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
+        coverage = tuning_coverage(mod, tgt, tuning_logs, shipped_logs, source) if os.path.isfile(source) else None
+    if coverage is not None:
+        print(f"tvm-pool: {coverage}", file=sys.stderr, flush=True)
     return executable, signature, tgt
+
+
+def say_model_tuning(build_module, target, args) -> None:
+    """``inspect``'s last line: what :func:`tuning_coverage` says of the whole model, which
+    ``build_module()`` imports (a model whose whole import fails says why instead)."""
+    try:
+        mod = build_module()
+    except CliError as err:
+        print(f"tuning: ? (the whole model does not import: {err})")
+        return
+    from ..tuning import TuningLogWarning  # pylint: disable=import-outside-toplevel
+
+    with warnings.catch_warnings():  # the per-node lines above showed them (each once)
+        warnings.simplefilter("ignore", TuningLogWarning)
+        print(tuning_coverage(mod, target, args.tuning_logs, not args.no_tuning_logs, args.model))
+
+
+def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> str:
+    """The one line that says which of the model's kernels have no tuning record, what share of
+    its work they are and the command that tunes them (:class:`tvm_pool.tuning.lookup.Coverage`);
+    "tuning: ? (why)" where the model's kernels cannot be extracted."""
+    from ..tuning.lookup import coverage  # pylint: disable=import-outside-toplevel
+
+    try:
+        return coverage(mod, tgt, tuning_logs, shipped=shipped_logs).line(source)
+    except MODEL_ERRORS as err:
+        return f"tuning: ? ({one_line(err)})"

@@ -68,11 +68,9 @@ def compile_onnx(
 
     progress = progress or Progress(3, quiet=True)
     tgt = resolve_target(target)
-    shapes = resolve_input_shapes(model, input_shapes or {})
-    dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
     opset = next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     progress.step(f"importing {source or 'model'} (opset {opset}, {len(model.graph.node)} nodes)")
-    mod = import_onnx(model, verbose, progress.quiet, shape_dict=shapes, dtype_dict=dtypes)
+    mod = onnx_module(model, input_shapes, verbose, progress.quiet)
     signature = artifact.make_signature(
         mod,
         input_names=[vi.name for vi in graph_inputs(model)],
@@ -81,7 +79,15 @@ def compile_onnx(
         source=os.path.basename(source) if source else "",
         tvm_pool_version=version(),
     )
-    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
+    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs, source)
+
+
+def onnx_module(model, input_shapes=None, verbose=False, quiet=False):
+    """The ONNX ``model`` as the Relax module ``compile`` builds (``input_shapes`` fixing
+    symbolic dimensions)."""
+    shapes = resolve_input_shapes(model, input_shapes or {})
+    dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
+    return import_onnx(model, verbose, quiet, shape_dict=shapes, dtype_dict=dtypes)
 
 
 def compile_program(
@@ -96,8 +102,7 @@ def compile_program(
     progress = progress or Progress(3, quiet=True)
     tgt = resolve_target(target)
     inputs = exported.program_inputs(program, source or "the program")
-    bindings = exported.check_input_shapes(inputs, input_shapes or {}, exported.symbol_ranges(program))
-    program = exported.specialize_program(program, inputs, bindings, source or "the program")
+    program = program_specialized(program, input_shapes, source)
     progress.step(f"importing {source or 'program'} (torch.export, {exported.count_ops(program)} ATen ops)")
     mod = exported.import_program(program, verbose, progress.quiet)
     signature = artifact.make_signature(
@@ -112,7 +117,15 @@ def compile_program(
     ranges = exported.symbol_ranges(program)
     if symbols & set(ranges):  # what `run` checks the sizes of symbolic dimensions against
         signature["dim_ranges"] = {name: list(ranges[name]) for name in sorted(symbols & set(ranges))}
-    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
+    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs, source)
+
+
+def program_specialized(program, input_shapes=None, source: str = ""):
+    """The torch.export ``program`` with the symbolic dimensions ``input_shapes`` fixes made
+    static (all of them, re-exported), else as it is."""
+    inputs = exported.program_inputs(program, source or "the program")
+    bindings = exported.check_input_shapes(inputs, input_shapes or {}, exported.symbol_ranges(program))
+    return exported.specialize_program(program, inputs, bindings, source or "the program")
 
 
 def output_path(model_path: str, output: str | None) -> str:

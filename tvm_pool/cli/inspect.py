@@ -9,6 +9,7 @@ import sys
 
 from ..errors import TvmPoolError
 from . import exported, tflite_files
+from .compile import onnx_module, program_specialized
 from .probes import schedule_rule_for, tuning_record_for
 from .common import (
     MODEL_ERRORS,
@@ -26,6 +27,7 @@ from .common import (
     parse_input_shapes,
     quiet_tvm_warnings,
     resolve_target,
+    say_model_tuning,
     target_label,
 )
 
@@ -172,8 +174,10 @@ def run(args) -> int:
         for n in model.graph.node
         if n.op_type in POOLING_OPS or converter_for(n.domain, n.op_type) is not None
     ]
-    return inspect_each(pooling, lambda index, node: _inspect_node(model, node, index, shapes, target, args),
-                        "node", args.model)
+    status = inspect_each(pooling, lambda index, node: _inspect_node(model, node, index, shapes, target, args),
+                          "node", args.model)
+    say_model_tuning(lambda: onnx_module(model, overrides, args.verbose, quiet=True), target, args)
+    return status
 
 
 def _inspect_node(model, node, index: int, shapes, target, args) -> int:
@@ -252,8 +256,12 @@ def _inspect_program(args) -> int:
     )
     print(f"target: {target_label(target)}")
     pooling = exported.pooling_nodes(program)
-    return inspect_each(pooling, lambda index, node: _inspect_aten_node(program, node, index, bindings, target, args),
-                        "node", args.model)
+    status = inspect_each(pooling, lambda index, node: _inspect_aten_node(program, node, index, bindings, target, args),
+                          "node", args.model)
+    overrides = parse_input_shapes(args.input_shapes)
+    say_model_tuning(lambda: exported.import_program(program_specialized(program, overrides, args.model), args.verbose,
+                                                     quiet=True), target, args)
+    return status
 
 
 def _inspect_aten_node(program, node, index: int, bindings, target, args) -> int:

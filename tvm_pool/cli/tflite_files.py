@@ -19,6 +19,7 @@ from .common import (
     fmt_shape,
     import_model,
     inspect_each,
+    say_model_tuning,
     one_line,
     parse_input_shapes,
     quiet_tvm_warnings,
@@ -147,7 +148,7 @@ def compile_tflite(
         source=os.path.basename(source) if source else "",
         tvm_pool_version=version(),
     )
-    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs)
+    return compile_module(mod, signature, tgt, progress, verbose, tuning_logs, shipped_logs, source)
 
 
 def _unique(names: list) -> list:
@@ -187,7 +188,8 @@ def inspect(args) -> int:
     """``tvm-pool inspect model.tflite``: each pooling operator, its geometry, activation bounds,
     schedule rule and tuning record."""
     model = load(args.model)
-    shapes = input_shapes(model, check_input_shapes(model, parse_input_shapes(args.input_shapes)))
+    shape_dict = check_input_shapes(model, parse_input_shapes(args.input_shapes))
+    shapes = input_shapes(model, shape_dict)
     target = resolve_target(args.target)
     quiet_tvm_warnings()
     described = ", ".join(f"{name} {dtype}{fmt_shape(shapes[name])}" for name, _, dtype in model.inputs)
@@ -195,8 +197,10 @@ def inspect(args) -> int:
     print(f"target: {target_label(target)}")
     graph = model.model.Subgraphs(0)
     pooling = [k for k, name in enumerate(model.op_names) if name in POOLING_OPS]
-    return inspect_each(pooling, lambda index, k: _inspect_operator(model, graph.Operators(k), index, target, args),
-                        "operator", args.model)
+    status = inspect_each(pooling, lambda index, k: _inspect_operator(model, graph.Operators(k), index, target, args),
+                          "operator", args.model)
+    say_model_tuning(lambda: import_tflite(model, args.verbose, True, shape_dict), target, args)
+    return status
 
 
 def _inspect_operator(model: TfliteModel, op, index: int, target, args) -> int:

@@ -1,34 +1,44 @@
-"""Which tuning record each PrimFunc of a model gets (``tvm-pool inspect`` prints it)."""
+"""Which tuning record each PrimFunc of a model gets (``tvm-pool inspect`` prints it), and how
+much of the model's work has none (``compile``, ``run`` and ``inspect`` say so)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import lowering
 from ..targets import resolve_target
-from .logs import load_with_sources, mean_secs, tvm_ffi_key
+from .logs import is_pooling, load_with_sources, mean_secs, tvm_ffi_key
+
+# What ``tvm-pool tune`` is told to spend per kernel without a record, and what a measurement
+# took: `tvm-pool tune --trials 400` on ResNet-18 (about 20 such kernels) took 5 minutes on a
+# 2-core x86 machine and brought it from 55-90x to 1.5x onnxruntime's latency (issue 38).
+TRIALS_PER_KERNEL = 20
+SECONDS_PER_TRIAL = 0.75
+
+
+def _task_records(mod, target, dirs, shipped):
+    """``(task, its best record or None, the log it came from)`` for each task ``compile``
+    would build from the Relax module ``mod``."""
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    target = resolve_target(target)
+    database, sources = load_with_sources(target, dirs, shipped)
+    for task in ms.relax_integration.extract_tasks(lowering.fuse(mod, target), target):
+        task_mod = task.dispatched[0]
+        record = None
+        if database is not None and database.has_workload(task_mod):
+            top = database.get_top_k(database.commit_workload(task_mod), 1)
+            record = top[0] if top else None
+        yield task, record, sources.get(tvm_ffi_key(task_mod), "?")
 
 
 def records_for(mod, target, dirs=None, *, shipped: bool = True) -> list[tuple[str, str]]:
     """For each PrimFunc ``compile`` would build from the Relax module ``mod``: (name, which
     tuning record it gets, or "none"). A log that is not used, or only in part, warns
     (:class:`TuningLogWarning`) as it does for ``compile``."""
-    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
-
-    target = resolve_target(target)
-    database, sources = load_with_sources(target, dirs, shipped)
-    fused = lowering.fuse(mod, target)
-    out = []
-    for task in ms.relax_integration.extract_tasks(fused, target):
-        task_mod = task.dispatched[0]
-        record = None
-        if database is not None and database.has_workload(task_mod):
-            top = database.get_top_k(database.commit_workload(task_mod), 1)
-            record = top[0] if top else None
-        if record is None:
-            out.append((task.task_name, "none"))
-            continue
-        source = sources.get(tvm_ffi_key(task_mod), "?")
-        out.append((task.task_name, f"{mean_secs(record.run_secs) * 1e3:.4g} ms, {len(record.trace.insts)}-step schedule from {source}"))
-    return out
+    return [(task.task_name, "none" if record is None else
+             f"{mean_secs(record.run_secs) * 1e3:.4g} ms, {len(record.trace.insts)}-step schedule from {source}")
+            for task, record, source in _task_records(mod, target, dirs, shipped)]
 
 
 def tuning_record_for(target, mod, tuning_logs=None, shipped: bool = True) -> str | None:
@@ -36,3 +46,55 @@ def tuning_record_for(target, mod, tuning_logs=None, shipped: bool = True) -> st
     ("NAME: TIME ms, N-step schedule from DIR; ..."), None when none is tuned."""
     found = [f"{name}: {rec}" for name, rec in records_for(mod, target, tuning_logs, shipped=shipped) if rec != "none"]
     return "; ".join(found) or None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """A model's kernels (``compile``'s distinct PrimFuncs, the tasks tuning sees) and how many
+    have a tuning record, and their floating-point operations (each kernel's times its uses).
+    Pooling kernels are tvm_pool's hand-written schedules whether or not a log holds them, so
+    they are counted apart."""
+
+    kernels: int  # the kernels tuning decides (every one but the pooling kernels)
+    untuned: int  # those with no record: TVM's default (dlight) code
+    flops: float  # the model's floating-point operations, pooling included
+    untuned_flops: float
+    pooling: int
+
+    @property
+    def untuned_share(self) -> float:
+        return self.untuned_flops / self.flops if self.flops else 0.0
+
+    def trials(self) -> int:
+        """What ``tvm-pool tune --trials`` should spend on the untuned kernels."""
+        return TRIALS_PER_KERNEL * self.untuned
+
+    def line(self, model: str) -> str:
+        """What ``compile``, ``run`` and ``inspect`` say: one line."""
+        pools = f"; its {self.pooling} pooling kernel(s) take tvm_pool's schedules" if self.pooling else ""
+        if not self.untuned:
+            return f"tuning: every kernel of {model} has a tuning record ({self.kernels} kernel(s){pools})"
+        minutes = max(1, round(self.trials() * SECONDS_PER_TRIAL / 60))
+        return (f"tuning: {self.untuned} of {self.kernels} kernel(s) of {model} have no tuning record "
+                f"({self.untuned_share:.0%} of its FLOPs) and run TVM's untuned default code{pools}; "
+                f"tune them: tvm-pool tune {model} --trials {self.trials()} (about {minutes} min on 2 cores)")
+
+
+def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
+    """The :class:`Coverage` of the Relax module ``mod`` compiled for ``target`` with the logs
+    of ``dirs`` (and the shipped ones)."""
+    from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
+
+    kernels = untuned = pooling = 0
+    flops = untuned_flops = 0.0
+    for task, record, _ in _task_records(mod, target, dirs, shipped):
+        task_flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
+        flops += task_flops
+        if is_pooling(task.dispatched[0]):
+            pooling += 1
+            continue
+        kernels += 1
+        if record is None:
+            untuned += 1
+            untuned_flops += task_flops
+    return Coverage(kernels, untuned, flops, untuned_flops, pooling)
