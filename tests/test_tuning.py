@@ -327,6 +327,9 @@ def test_cli_tune_compile_inspect(tmp_path, capsys):
     [
         (["tune", "missing.onnx"], "missing.onnx"),
         (["tune", "MODEL", "--trials", "-1"], "--trials must be >= 0"),
+        (["tune", "MODEL", "--minutes", "0"], "--minutes must be > 0, got 0"),
+        (["tune", "MODEL", "--minutes", "-2"], "--minutes must be > 0, got -2"),
+        (["tune", "MODEL", "--minutes", "nan"], "--minutes must be > 0, got nan"),
         (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:9190"], "go together"),
         (["tune", "MODEL", "--rpc-tracker", "nohost", "--rpc-key", "k"], "invalid RPC tracker"),
         (["tune", "MODEL", "--rpc-tracker", "127.0.0.1:1", "--rpc-key", "k"], "RPC tracker 127.0.0.1:1 does not answer"),
@@ -401,3 +404,26 @@ def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch
     outs = [relax.VirtualMachine(tvm_pool.compile(mod, target, **kw), tvm.cpu())["main"](x).numpy()
             for kw in ({}, {"schedule": False})]
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("argv, trials, budget", [
+    ([], 64, None),
+    (["--minutes", "10"], 1600, 600.0),  # as many trials as 10 minutes measure: time is the bound
+    (["--minutes", "0.5", "--trials", "7"], 7, 30.0),
+])
+def test_cli_tune_minutes_is_the_search_budget(tmp_path, capsys, monkeypatch, argv, trials, budget):
+    import types  # pylint: disable=import-outside-toplevel
+
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+    from tvm_pool import cli  # pylint: disable=import-outside-toplevel
+
+    seen = {}
+
+    def fake_tune(mod, target, **kwargs):
+        seen.update(kwargs)
+        return types.SimpleNamespace(tasks=[], trials=0, seconds=1.0, emulated=None)
+
+    monkeypatch.setattr(tvm_pool, "tune", fake_tune)
+    model = pool_onnx(tmp_path / "pool.onnx")
+    assert cli.main(["-q", "tune", model, "--log-dir", str(tmp_path / "log"), *argv]) == 0
+    assert (seen["trials"], seen["time_budget_s"]) == (trials, budget)

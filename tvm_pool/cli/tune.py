@@ -30,7 +30,11 @@ def add_parser(subparsers):
     p = subparsers.add_parser(NAME, parents=[common_options()], help="tune a model for a target (MetaSchedule), writing a tuning log")
     p.add_argument("model", help="the ONNX model (.onnx), torch.export program (.pt2, saved by torch.export.save) or TFLite model (.tflite)")
     p.add_argument("--target", default="host", help=TARGET_HELP)
-    p.add_argument("--trials", type=int, default=64, help="measurements for the non-pooling tasks (default 64; pooling tasks are searched exhaustively on top)")
+    p.add_argument("--trials", type=int, default=None, help="measurements for the non-pooling tasks (default 64, or as many as --minutes allows; pooling tasks are searched exhaustively on top)")
+    p.add_argument(
+        "--minutes", type=float, metavar="M",
+        help="stop the search after M minutes (the records measured so far are in the log; a second run extends it)",
+    )
     p.add_argument("--log-dir", help="where the log goes (default: ./tuning_logs/<target family>); an existing log there is extended")
     p.add_argument(
         "--input-shapes", action="append", metavar="NAME=D0,D1,...",
@@ -67,8 +71,7 @@ def run(args) -> int:
         overrides = parse_input_shapes(args.input_shapes)
         shapes = resolve_input_shapes(model, overrides)  # symbolic inputs fail before anything slow
     target = resolve_target(args.target)
-    if args.trials < 0:
-        raise CliError(f"--trials must be >= 0, got {args.trials}")
+    trials, budget_s = _budget(args)
     rpc = _rpc_options(args)
     log_dir = args.log_dir or os.path.join("tuning_logs", tuning.target_family(target))
     if os.path.exists(log_dir) and not os.path.isdir(log_dir):
@@ -87,7 +90,8 @@ def run(args) -> int:
         mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     result = tvm_pool.tune(
-        mod, target, trials=args.trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say
+        mod, target, trials=trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say,
+        time_budget_s=budget_s,
     )
     pools = sum(1 for t in result.tasks if t.kind == "pool")
     print(
@@ -98,6 +102,21 @@ def run(args) -> int:
     if result.emulated:
         print(f"note: measured on {result.emulated}")
     return 0
+
+
+def _budget(args) -> tuple[int, float | None]:
+    """(trials, seconds) of the search from --trials and --minutes: with --minutes alone, as many
+    trials as that time measures (tuning.lookup.SECONDS_PER_TRIAL), so the time is the bound."""
+    from ..tuning.lookup import SECONDS_PER_TRIAL  # pylint: disable=import-outside-toplevel
+
+    if args.trials is not None and args.trials < 0:
+        raise CliError(f"--trials must be >= 0, got {args.trials}")
+    if args.minutes is None:
+        return (64 if args.trials is None else args.trials), None
+    if not args.minutes > 0:  # NaN too
+        raise CliError(f"--minutes must be > 0, got {args.minutes:g}")
+    seconds = args.minutes * 60
+    return (max(64, int(2 * seconds / SECONDS_PER_TRIAL)) if args.trials is None else args.trials), seconds
 
 
 def _rpc_options(args) -> dict | None:

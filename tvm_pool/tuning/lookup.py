@@ -65,19 +65,19 @@ class Coverage:
     def untuned_share(self) -> float:
         return self.untuned_flops / self.flops if self.flops else 0.0
 
-    def trials(self) -> int:
-        """What ``tvm-pool tune --trials`` should spend on the untuned kernels."""
-        return TRIALS_PER_KERNEL * self.untuned
+    def minutes(self) -> int:
+        """What ``tvm-pool tune --minutes`` should spend on the untuned kernels (on 2 cores:
+        :data:`TRIALS_PER_KERNEL` measurements each, :data:`SECONDS_PER_TRIAL` a measurement)."""
+        return max(1, round(TRIALS_PER_KERNEL * self.untuned * SECONDS_PER_TRIAL / 60))
 
     def line(self, model: str) -> str:
         """What ``compile``, ``run`` and ``inspect`` say: one line."""
         pools = f"; its {self.pooling} pooling kernel(s) take tvm_pool's schedules" if self.pooling else ""
         if not self.untuned:
             return f"tuning: every kernel of {model} has a tuning record ({self.kernels} kernel(s){pools})"
-        minutes = max(1, round(self.trials() * SECONDS_PER_TRIAL / 60))
         return (f"tuning: {self.untuned} of {self.kernels} kernel(s) of {model} have no tuning record "
                 f"({self.untuned_share:.0%} of its FLOPs) and run TVM's untuned default code{pools}; "
-                f"tune them: tvm-pool tune {model} --trials {self.trials()} (about {minutes} min on 2 cores)")
+                f"tune them: tvm-pool tune {model} --minutes {self.minutes()}")
 
 
 def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
