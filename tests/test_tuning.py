@@ -391,6 +391,10 @@ def test_shipped_pooling_records_apply_and_stay_exact(family_target, monkeypatch
     meta = json.load(open(os.path.join(tuning.shipped_log_dir(target), tuning.META_FILE)))
     (threads,) = tuning.tuned_threads(meta)  # one thread count per shipped log
     monkeypatch.setattr(tuning.logs, "runtime_threads", lambda: threads)
+    # under other schedule rules than the log's, the pool keeps its hand-written schedule
+    monkeypatch.setattr(tuning.logs, "rules_stamp", lambda: "other rules")
+    assert set(dict(tuning.records_for(mod, target)).values()) == {"none"}
+    monkeypatch.setattr(tuning.logs, "rules_stamp", lambda: meta.get("rules"))  # the log's rules
     applied = dict(tuning.records_for(mod, target))
     assert all(tuning.shipped_log_dir(target) in r for r in applied.values()), applied
     # another thread count than the log's: the pool keeps its hand-written schedule
@@ -427,3 +431,13 @@ def test_cli_tune_minutes_is_the_search_budget(tmp_path, capsys, monkeypatch, ar
     model = pool_onnx(tmp_path / "pool.onnx")
     assert cli.main(["-q", "tune", model, "--log-dir", str(tmp_path / "log"), *argv]) == 0
     assert (seen["trials"], seen["time_budget_s"]) == (trials, budget)
+
+
+def test_a_run_records_the_schedule_rules(tmp_path):
+    """target.json holds the stamp of the schedule rules each run measured with (the stamp of this
+    checkout's tvm_pool/schedules), which decides whether a shipped log's pooling records apply."""
+    from tvm_pool.tuning.meta import Run, write_meta  # pylint: disable=import-outside-toplevel
+
+    write_meta(str(tmp_path), TARGET, Run("m.onnx", 0, 0, 1.0, False, threads=2))
+    meta = json.load(open(tmp_path / tuning.META_FILE))
+    assert meta["rules"] == tuning.logs.rules_stamp() and len(meta["rules"]) == 16

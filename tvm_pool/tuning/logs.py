@@ -12,6 +12,7 @@ lowers or tunes.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -41,8 +42,31 @@ TVM_ERRORS = (RuntimeError, TypeError, ValueError)
 # against it on every benchmark workload (`python -m tvm_pool.bench.tune_shipped --what verify`,
 # bench/results/tuned_pools_*.md): none slower beyond the noise of timing one module twice. An
 # earlier log, measured with one TVM thread while other jobs ran, made two pools 2x slower at two
-# threads. False keeps the hand-written pooling schedules with the shipped logs.
+# threads. False keeps the hand-written pooling schedules with the shipped logs. They apply only
+# under the rules they were measured with, too (rules_stamp).
 SHIPPED_POOLING_RECORDS = True
+
+
+@functools.lru_cache(maxsize=None)
+def rules_stamp() -> str:
+    """A digest of tvm_pool's schedule rules (the source of ``tvm_pool.schedules``), which
+    ``target.json`` records for every tuning run. A pooling record replays the schedule the rules
+    made when it was measured, step by step; once the rules change, it replays their old
+    schedule, however much better the new hand-written one is (VGG's 2x2 s2 max over
+    1x512x28x28, 2 threads: 0.22 ms with the shipped record, 0.05 ms hand-written after the
+    short-rows rule). So a shipped log's pooling records apply only under the rules they were
+    measured with: re-tune and verify them (``python -m tvm_pool.bench.tune_shipped``) after
+    changing the rules."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+
+    from .. import schedules  # pylint: disable=import-outside-toplevel
+
+    digest = hashlib.sha256()
+    folder = os.path.dirname(schedules.__file__)
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
+        with open(os.path.join(folder, name), "rb") as source:
+            digest.update(name.encode() + b"\0" + source.read())
+    return digest.hexdigest()[:16]
 
 
 class TuningLogWarning(UserWarning):
@@ -279,6 +303,7 @@ def load_with_sources(target, dirs, shipped):
         tuple(target_features(target)),
         SHIPPED_POOLING_RECORDS,
         runtime_threads(),
+        rules_stamp(),
     )
     if key not in _LOADED:
         with warnings.catch_warnings(record=True) as caught:
@@ -357,7 +382,8 @@ def _load_uncached(target, candidates):
         if usable is None:
             continue
         logs, meta = usable
-        pooling_applies = explicit or (SHIPPED_POOLING_RECORDS and tuned_threads(meta) == {runtime_threads()})
+        pooling_applies = explicit or (SHIPPED_POOLING_RECORDS and tuned_threads(meta) == {runtime_threads()}
+                                       and meta.get("rules") == rules_stamp())
         for workload, records in logs.records:
             if not pooling_applies and is_pooling(workload.mod):
                 continue

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import tvm
 
 from ..targets import describe_target
-from .logs import META_FILE
+from .logs import META_FILE, rules_stamp
 
 
 @dataclass
@@ -76,6 +76,7 @@ def write_meta(log_dir: str, target, run: Run) -> None:
     described = describe_target(target)
     meta.update(family=described["family"], target=described["target"], features=described["features"])
     meta["tvm"] = str(tvm.__version__)
+    meta["rules"] = rules_stamp()  # the schedule rules its pooling records were measured with
     meta.setdefault("runs", []).append(
         {
             "model": run.source,
