@@ -1,5 +1,5 @@
 """The CPU benchmark's report: ``bench.json`` (every figure, for other tools), ``bench.md`` (the
-table the README quotes) and ``bench.png`` (each peer's time over the copy limit), written
+table docs/bench_x86.md quotes) and ``bench.png`` (each peer's time over the copy limit), written
 under ``bench/results`` unless told otherwise. The channel-last workloads have their own:
 ``channel_last.{json,md,png}`` (every peer, tvm_pool's speedups over LiteRT and the best peer,
 and its time over its channel-first twin's, against issue 20's targets).

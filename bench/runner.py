@@ -7,6 +7,10 @@ same-size memory copy (bytes read + bytes written) timed in the same run.
 The channel-last workloads (``--only nhwc``) are Relax pools in NHWC/NDHWC, timed for
 tvm_pool, stock TVM, LiteRT, onnxruntime and PyTorch (channels_last) with tvm_pool's
 channel-first twin alongside (bench/channel_last.py), and reported on their own.
+
+``--layers`` (or ``--only layers``) times the pooling layers of torchvision's classification
+models instead, each at batch 1 and 8, traced once into bench/layers.json (``--retrace`` traces
+again), and reports them on their own (bench/layers.py, bench/layers_report.py).
 """
 
 from __future__ import annotations
@@ -59,6 +63,32 @@ def run_threads(threads: int, quick: bool, repeat: int, only=None) -> dict:
     if cl_rows:
         res["channel_last"] = channel_last.summary(cl_rows)
     return res
+
+
+def run_layer_threads(threads: int, quick: bool, repeat: int, only=None, path: str | None = None) -> dict:
+    """Time every case of the traced torchvision layers (``layers.layer_workloads``) for every
+    peer at ``threads`` threads, each as :func:`run_workload` times a workload. Each row also has
+    ``layer``, ``batch``, ``models``, ``road`` and, for a torch-road case, ``road_reason``."""
+    from . import layers  # pylint: disable=import-outside-toplevel
+    from .layers_report import summary  # pylint: disable=import-outside-toplevel
+
+    data = layers.load_layers(path)
+    ws, skipped = layers.layer_workloads(data["layers"], quick, only)
+    by_name = {layer["name"]: layer for layer in data["layers"]}
+    rows = []
+    for w in ws:
+        layer = by_name[w.name.rsplit("_b", 1)[0]]
+        row = run_workload(w, threads, repeat)
+        row.update(layer=layer["name"], fn=layer["fn"], params=layer["params"], batch=w.shape[0],
+                   models=layer["models"], road=w.road)
+        if w.road_reason:
+            row["road_reason"] = w.road_reason
+        rows.append(row)
+    return {"threads": threads, "quick": quick, "repeat": repeat, "rounds": ROUNDS, "rows": rows,
+            "skipped": skipped, "layers": len({r["layer"] for r in rows}),
+            "traced": {k: data.get(k) for k in ("torch", "torchvision", "image_size", "image_sizes", "no_pooling")}
+            | {"models": len(data.get("models", {})), "layers": len(data["layers"])},
+            "summary": summary(rows), "machine": _machine()}
 
 
 def select(ws: list[Workload], only) -> list[Workload]:
@@ -204,7 +234,15 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=None, help="timed runs per peer (default 50; quick 15)")
     p.add_argument("--output-dir", default=RESULTS_DIR, help=f"where to write results (default {RESULTS_DIR})")
     p.add_argument("--only", default=None,
-                   help="comma-separated workload names; nhwc (or channel_last): every channel-last workload")
+                   help="comma-separated workload names; nhwc (or channel_last): every channel-last workload; "
+                        "layers: the same as --layers; with --layers: layer names (both batches) or cases "
+                        "(<layer>_b1, <layer>_b8)")
+    p.add_argument("--layers", action="store_true",
+                   help="time the pooling layers of torchvision's classification models (bench/layers.json) at "
+                        "batch 1 and 8 instead of the workloads; writes layers.{json,md,png}")
+    p.add_argument("--retrace", action="store_true",
+                   help="trace torchvision's classification models again and rewrite bench/layers.json (alone: "
+                        "only that; with --layers: then time them)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu (default): the CPU peers; cuda: tvm_pool, stock TVM and PyTorch on a GPU (bench/cuda.py)")
     p.add_argument("--export", default=None, metavar="DIR",
@@ -221,6 +259,9 @@ def main(argv=None) -> int:
     """Runs one child process per thread count (``--child``: TVM reads TVM_NUM_THREADS once,
     at start), collects their JSON lines and writes the report."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cuda" and (args.layers or args.retrace or LAYERS in str(args.only).split(",")):
+        print("--layers / --retrace: the CPU benchmark only (not with --device cuda)", file=sys.stderr)
+        return 2
     if args.device == "cuda" and args.export:
         from . import cuda_bundle  # pylint: disable=import-outside-toplevel
 
@@ -232,14 +273,28 @@ def main(argv=None) -> int:
         return cuda.main(args)
     repeat = args.repeat or (15 if args.quick else 50)
     only = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
-    unknown = sorted(only - known_names()) if only else []
+    with_layers = args.layers or bool(only and LAYERS in only)
+    if only:
+        only.discard(LAYERS)
+    if args.retrace and not args.child:
+        from . import layers  # pylint: disable=import-outside-toplevel
+
+        layers.main([])
+        if not with_layers:
+            return 0
+    unknown = sorted(only - _known(with_layers)) if only else []
     if unknown:
-        print(f"--only: unknown workload(s) {', '.join(unknown)} (see bench/workloads.py; nhwc: the channel-last ones)",
-              file=sys.stderr)
+        where = "bench/layers.json" if with_layers else "bench/workloads.py; nhwc: the channel-last ones"
+        print(f"--only: unknown workload(s) {', '.join(unknown)} (see {where})", file=sys.stderr)
         return 2
     threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.child:
-        res = run_threads(threads[0], args.quick, repeat, only)
+        if with_layers:
+            from . import layers  # pylint: disable=import-outside-toplevel
+
+            res = run_layer_threads(threads[0], args.quick, repeat, only)
+        else:
+            res = run_threads(threads[0], args.quick, repeat, only)
         print(json.dumps(res))
         return 0
     results = []
@@ -247,12 +302,32 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "tvm_pool.bench", "--child", "--threads", str(t), "--repeat", str(repeat)]
         if args.quick:
             cmd.append("--quick")
-        if args.only:
-            cmd += ["--only", args.only]
+        if with_layers:
+            cmd.append("--layers")
+        if only:
+            cmd += ["--only", ",".join(sorted(only))]
         proc = subprocess.run(cmd, env=timing.child_env(t), stdout=subprocess.PIPE, text=True, check=False)
         if proc.returncode != 0:
             print(f"benchmark with {t} thread(s) failed (exit {proc.returncode})", file=sys.stderr)
             return 1
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    print(report.write(results, args.output_dir))
+    if with_layers:
+        from . import layers_report  # pylint: disable=import-outside-toplevel
+
+        print(layers_report.write(results, args.output_dir))
+    else:
+        print(report.write(results, args.output_dir))
     return 0
+
+
+# ``--only`` name of the layers benchmark (the same as ``--layers``).
+LAYERS = "layers"
+
+
+def _known(with_layers: bool) -> set:
+    """The names ``--only`` takes: the layers' and their cases' with --layers, else the workloads'."""
+    if not with_layers:
+        return known_names()
+    from . import layers  # pylint: disable=import-outside-toplevel
+
+    return layers.known_names(layers.load_layers()["layers"])

@@ -44,6 +44,12 @@ class Workload:
     # averages round half away from zero, as TFLite's kernels do.
     tflite_padding: str | None = None
     quant: tuple | None = None
+    # The PyTorch call the PyTorch peer times instead of the ONNX operator's twin (peers.torch_spec):
+    # {"fn": name in torch.nn.functional, "args": [...], "kwargs": {...}}; a traced model layer's
+    # own call (bench/layers.py).
+    torch_op: dict | None = None
+    # Why a workload takes the torch road (a traced layer ONNX cannot express the same way).
+    road_reason: str | None = None
 
 
 QUICK = ("resnet_maxpool", "resnet_gap", "inception_maxpool", "densenet_avgpool", "maxpool_int8")
@@ -278,10 +284,12 @@ def _taps(padded, kernel, strides):
 
 
 def torch_function(w: Workload):
-    """``x -> F.<op>(x, **attrs)`` of a torch-road workload (with ``return_indices``)."""
+    """``x -> F.<op>(x, **attrs)`` of a torch-road workload (a max pool's with ``return_indices``)."""
     import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
     fn = getattr(F, w.op)
+    if "max_pool" not in w.op:  # the average and Lp pools return no indices
+        return lambda x: fn(x, **w.attrs)
     return lambda x: fn(x, **w.attrs, return_indices=w.indices)
 
 
