@@ -104,6 +104,10 @@ def _apply_rules(rules: list) -> tvm.transform.Pass:
         for gv, func in mod.functions_items():
             if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
                 continue
+            if analysis.has_pool_units(func) and analysis.computes_nothing(func):
+                # an empty output (a batch of 0): no loop to schedule, no kernel to launch
+                updates[gv] = func.with_body(tvm.tirx.Evaluate(0)).with_attr("tirx.is_scheduled", True)
+                continue
             target = func.attrs.get("target") if func.attrs is not None else None
             target = target or tvm.target.Target.current(allow_none=False)
             with decline.naming(gv.name_hint):

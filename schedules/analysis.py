@@ -419,3 +419,14 @@ def has_pool_units(func: tirx.PrimFunc) -> bool:
     passes of tvm_pool's, or TOPI's pooling blocks)."""
     sch = s_tir.Schedule(func)
     return bool(main_blocks(sch) or pass_chains(sch))
+
+
+def computes_nothing(func: tirx.PrimFunc) -> bool:
+    """Whether every buffer ``func`` writes through its parameters has no element (a batch of
+    0, a channel axis of 0): the function has nothing to do, whatever its loops say."""
+    written = []
+    tvm_ffi.structural_walk(func.body, [(s_tir.SBlock, lambda block: written.extend(region_buffer(r) for r in block.writes))],
+                            order="post")
+    outputs = [buf for buf in func.params if any(buf.same_as(w) for w in written)]
+    return bool(outputs) and all(
+        any(isinstance(d, tirx.IntImm) and int(d) == 0 for d in buf.shape) for buf in outputs)

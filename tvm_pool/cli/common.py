@@ -404,7 +404,7 @@ def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=Non
                    source: str = ""):
     """Compile an imported Relax module with ``signature`` embedded; returns (executable, signature, target).
     When ``source`` is the model's file, also says how much of the model has no tuning record
-    (:func:`say_tuning_coverage`), -q or not."""
+    (:func:`tuning_coverage`); with -q only where some kernel has none."""
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
     from .. import artifact  # pylint: disable=import-outside-toplevel
@@ -415,7 +415,7 @@ def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=Non
         captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
         executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
         coverage = tuning_coverage(mod, tgt, tuning_logs, shipped_logs, source) if os.path.isfile(source) else None
-    if coverage is not None:
+    if coverage is not None and not (progress.quiet and coverage.startswith("tuning: every kernel")):
         print(f"tvm-pool: {coverage}", file=sys.stderr, flush=True)
     return executable, signature, tgt
 

@@ -57,6 +57,10 @@ def _axes(data: te.Tensor, output_size: Sequence) -> list[_AdaptiveAxis]:
     if rank < 1 or rank > len(data.shape) - 1:
         raise ValueError(f"output_size has {rank} values for an input of rank {len(data.shape)}")
     spatial = data.shape[len(data.shape) - rank :]
+    for axis, (n, o) in enumerate(zip(spatial, output_size)):
+        if isinstance(n, (int, tirx.IntImm)) and int(n) == 0 and not (isinstance(o, (int, tirx.IntImm)) and int(o) == 0):
+            raise ValueError(f"adaptive pooling of an empty spatial axis {axis} (size 0) into {o} bins: every bin "
+                             "would be empty; allowed: input spatial sizes of at least 1 (PyTorch refuses it too)")
     return [_AdaptiveAxis(n, o) for n, o in zip(spatial, output_size)]
 
 
