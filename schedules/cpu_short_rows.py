@@ -48,14 +48,17 @@ def plane_tiling(sch: s_tir.Schedule, block, config: CpuConfig) -> PlaneTiling |
     if rows is None or cols is None or any(analysis.loop_extent_of(iv) is None for iv in spatial):
         return None
     dtype = analysis.region_dtype(info.writes[0])
-    if cols >= config.vector_bits_for(dtype) // dtype_bits(dtype):
-        return None
+    lanes = config.vector_bits_for(dtype) // dtype_bits(dtype)
+    if cols >= lanes or rows * cols < lanes:
+        return None  # long rows vectorise as they are; a plane of few outputs (a global pool) has no flat loop
     taps = [iv for iv in info.iter_vars if int(iv.iter_type) != 0]
     found = [(i, strides) for i, read in enumerate(info.reads)
              if (strides := _tile_strides(read, spatial, taps, (rows, cols))) not in (None, (1, 1))]
     if len(found) != 1:
         return None
     index, strides = found[0]
+    if strides[0] * strides[1] >= config.long_sum_taps:
+        return None  # windows that are long sums take the reduction's own accumulators
     moving = [r for i, r in enumerate(info.reads)
               if i != index and any(analysis.moving_reads([r], iv.var) for iv in spatial[-2:])]
     if not all(_at_output(r, spatial) for r in moving):
