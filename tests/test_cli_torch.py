@@ -170,7 +170,9 @@ def test_tune_then_compile_with_the_log(saved, tmp_path, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {log}: ") and "(2 pooling)" in out
-    assert out.strip().endswith(f"apply with: tvm-pool compile {saved.pt2} --tuning-log {log} --input-shapes x=2,3,16,16")
+    wrote, latency = out.strip().splitlines()[-2:]
+    assert wrote.endswith(f"apply with: tvm-pool compile {saved.pt2} --tuning-log {log} --input-shapes x=2,3,16,16")
+    assert latency.startswith("latency (") and latency.endswith("onnxruntime: not compared (the model is not ONNX)")
     assert (log / "database_tuning_record.json").read_text().strip()
     so = tmp_path / "tuned.so"
     argv = ["-q", "compile", str(saved.pt2), "-o", str(so), "--input-shapes", "x=2,3,16,16", "--tuning-log", str(log)]

@@ -142,7 +142,9 @@ def test_tune_then_compile_with_the_log_matches_litert(saved, tmp_path, capsys):
     assert cli.main(["-q", "tune", str(saved.tflite), "--trials", "0", "--log-dir", str(log)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {log}: ") and "(3 pooling)" in out, out
-    assert out.strip().endswith(f"apply with: tvm-pool compile {saved.tflite} --tuning-log {log}")
+    wrote, latency = out.strip().splitlines()[-2:]
+    assert wrote.endswith(f"apply with: tvm-pool compile {saved.tflite} --tuning-log {log}")
+    assert latency.startswith("latency (") and latency.endswith("onnxruntime: not compared (the model is not ONNX)")
     assert (log / "database_tuning_record.json").read_text().strip()
     so = tmp_path / "tuned.so"
     assert cli.main(["-q", "compile", str(saved.tflite), "-o", str(so), "--tuning-log", str(log)]) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 
@@ -316,6 +317,11 @@ def test_cli_tune_compile_inspect(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out.startswith(f"wrote {log_dir}: 1 tasks (1 pooling)")
     assert "[pool 1/1]" in err and "ETA" in err
+    # the closing line: the model timed without and with the log, and in onnxruntime (outputs agree)
+    last = out.rstrip().splitlines()[-1]
+    assert re.fullmatch(r"latency \(\d+ thread\(s\), median\): without this log [\d.]+ ms, with it [\d.]+ ms "
+                        r"\([\d.]+x\), onnxruntime [\d.]+ ms \(with the log: [\d.]+x its time\)", last), out
+    assert "differ" not in out
     assert cli.main(["-q", "compile", model, "-o", str(tmp_path / "pool.so"), "--tuning-log", log_dir]) == 0
     assert cli.main(["inspect", model, "--tuning-log", log_dir, "--no-tuning-logs"]) == 0
     out, _ = capsys.readouterr()
@@ -429,7 +435,7 @@ def test_cli_tune_minutes_is_the_search_budget(tmp_path, capsys, monkeypatch, ar
 
     monkeypatch.setattr(tvm_pool, "tune", fake_tune)
     model = pool_onnx(tmp_path / "pool.onnx")
-    assert cli.main(["-q", "tune", model, "--log-dir", str(tmp_path / "log"), *argv]) == 0
+    assert cli.main(["-q", "tune", model, "--log-dir", str(tmp_path / "log"), "--no-compare", *argv]) == 0
     assert (seen["trials"], seen["time_budget_s"]) == (trials, budget)
 
 
@@ -441,3 +447,32 @@ def test_a_run_records_the_schedule_rules(tmp_path):
     write_meta(str(tmp_path), TARGET, Run("m.onnx", 0, 0, 1.0, False, threads=2))
     meta = json.load(open(tmp_path / tuning.META_FILE))
     assert meta["rules"] == tuning.logs.rules_stamp() and len(meta["rules"]) == 16
+
+
+def test_tune_comparison_notes(monkeypatch):
+    """Where onnxruntime cannot be compared, the closing line says why instead (a note, not an
+    error): the model is no ONNX model, or onnxruntime is not installed."""
+    import builtins  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.cli import tune_report  # pylint: disable=import-outside-toplevel
+
+    assert tune_report._onnxruntime_ms(None, [], 1) == (None, "onnxruntime: not compared (the model is not ONNX)")
+    real_import = builtins.__import__
+
+    def no_ort(name, *args, **kwargs):
+        if name == "onnxruntime":
+            raise ImportError("No module named 'onnxruntime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    ms, note = tune_report._onnxruntime_ms("m.onnx", [], 1)
+    assert ms is None and note == "onnxruntime: not installed, not compared (pip install onnxruntime)"
+
+
+@pytest.mark.parametrize("target, here", [("host", True), ("x86", True), ("arm", False), ("cuda", False),
+                                          ({"kind": "llvm", "mcpu": "cortex-a72", "mtriple": "aarch64-linux-gnu"}, False)])
+def test_tune_compares_only_where_the_target_runs_here(target, here):
+    from tvm_pool.cli.tune import runs_here  # pylint: disable=import-outside-toplevel
+    from tvm_pool.targets import resolve_target  # pylint: disable=import-outside-toplevel
+
+    assert runs_here(resolve_target(target)) is here

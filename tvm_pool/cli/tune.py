@@ -40,6 +40,10 @@ def add_parser(subparsers):
         "--input-shapes", action="append", metavar="NAME=D0,D1,...",
         help="static shape of an input with symbolic dimensions (repeatable)",
     )
+    p.add_argument(
+        "--no-compare", action="store_true",
+        help="do not time the model untuned, tuned and in onnxruntime at the end (done where the target is this machine)",
+    )
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on a device registered with TVM's RPC tracker")
     p.add_argument("--rpc-key", metavar="KEY", help="the device key on the tracker")
     p.add_argument(
@@ -101,7 +105,27 @@ def run(args) -> int:
     )
     if result.emulated:
         print(f"note: measured on {result.emulated}")
+    if not args.no_compare and rpc is None and runs_here(target):
+        from ..tuning.logs import runtime_threads  # pylint: disable=import-outside-toplevel
+        from .tune_report import compare  # pylint: disable=import-outside-toplevel
+
+        say("timing the model untuned and tuned (--no-compare skips this)")
+        print(compare(mod, target, log_dir, None if program or tflite else args.model, runtime_threads()))
     return 0
+
+
+def runs_here(target) -> bool:
+    """Whether code built for ``target`` runs on this machine: a CPU target of this machine's
+    architecture and its CPU, none named, or (x86) vectors no wider than this CPU's."""
+    from ..targets import foreign_triple, host_cpu, host_target, is_x86, x86_vector_bits  # pylint: disable=import-outside-toplevel
+
+    if target.kind.name != "llvm" or foreign_triple(target) is not None:
+        return False
+    mcpu = str(target.attrs["mcpu"]) if "mcpu" in target.attrs and target.attrs["mcpu"] else ""
+    if mcpu in ("", host_cpu()):
+        return True
+    host = host_target()
+    return is_x86(target) and is_x86(host) and x86_vector_bits(target) <= x86_vector_bits(host)
 
 
 def _budget(args) -> tuple[int, float | None]:
