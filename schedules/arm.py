@@ -334,6 +334,7 @@ class Pool(cpu.Pool):
             register_tiles=True, vector_consumers=True, deinterleaving_loads=True, halving_lane_sums=True,
             channel_vector_registers=4, channel_tap_reuse=True, channel_inline_consumers=False, long_window_rows_outer=False,
             long_sum_registers=1,  # one register of partial sums, as its instruction counts were measured
+            very_long_sum_registers=1,
         )
 
     def prepare(self, func):

@@ -110,6 +110,12 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # 0.024 ms, 8x512x28x28 0.46 / 0.45 / 0.36 ms).
     long_sum_taps: int = 256
     long_sum_registers: int = 2
+    # Planes of at least very_long_sum_taps taps take very_long_sum_registers (x86, AVX-512, 2
+    # threads, interleaved with the 2-register schedule: 1x64x112x112 0.047 -> 0.039 ms,
+    # 1x240x56x56 0.043 -> 0.037, 8x528x56x56 1.72 -> 1.56; 28x28 planes unchanged with 4 and
+    # 0.72x with 8, hence the threshold).
+    very_long_sum_taps: int = 2048
+    very_long_sum_registers: int = 4
     # Are channel-first windows that tile their planes exactly, over output rows shorter than
     # a register, one flat loop per plane over a copy that sets the window's rows apart
     # (schedules/cpu_short_rows.py)? x86: LLVM gathered and scattered across such rows.

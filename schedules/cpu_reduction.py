@@ -142,7 +142,12 @@ def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):
         return None
     dtype = analysis.region_dtype(sch.get(block).writes[0])
     register = max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1)
-    lanes = register * config.long_sum_registers if taps >= config.long_sum_taps else min(register, config.max_partial_sum_lanes)
+    if taps >= config.very_long_sum_taps:
+        lanes = register * config.very_long_sum_registers
+    elif taps >= config.long_sum_taps:
+        lanes = register * config.long_sum_registers
+    else:
+        lanes = min(register, config.max_partial_sum_lanes)
     if lanes < 2 or not _contiguous_taps(sch, block):
         return None
     tap = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
