@@ -7,7 +7,8 @@ One dlight-style rule per target family, its settings as data:
 
 - :mod:`.cpu`   the CPU rule, shared by every CPU family (its config in :mod:`.cpu_config`,
                 window reductions in :mod:`.cpu_reduction`, separable passes in :mod:`.cpu_passes`,
-                exact plane tilings over short rows in :mod:`.cpu_short_rows`)
+                exact plane tilings over short rows in :mod:`.cpu_short_rows`; lowering passes
+                :mod:`.strided_loads` and :mod:`.stack_buffers`, chosen by :func:`tir_pipeline`)
 - :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths, x86's knobs
 - :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16, FMAX / -0.0 rewrites, its knobs
 - :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)
@@ -137,13 +138,36 @@ def clamped_taps(target: tvm.target.Target) -> bool:
 
 
 def tir_pipeline(target: tvm.target.Target) -> str:
-    """The name of the TIR lowering pipeline for ``target``: TVM's default, plus the rewrite of
-    strided vector loads (:mod:`.strided_loads`) for CPU families that have de-interleaving
-    loads instead of gathers."""
+    """The name of the TIR lowering pipeline for ``target``: TVM's default, plus, for CPU
+    families, the rewrite of strided vector loads (:mod:`.strided_loads`, families with
+    de-interleaving loads instead of gathers) and small scratch buffers on the stack
+    (:mod:`.stack_buffers`, families with ``stack_buffer_bytes``)."""
     rule = rule_for(target)
-    if isinstance(rule, cpu.Pool) and rule.config(target).deinterleaving_loads:
+    if not isinstance(rule, cpu.Pool):
+        return "default"
+    config = rule.config(target)
+    if config.deinterleaving_loads and not config.stack_buffer_bytes:
         return strided_loads.register_pipeline()
-    return "default"
+    if not config.stack_buffer_bytes:
+        return "default"
+    return _register_cpu_pipeline(config.deinterleaving_loads, config.stack_buffer_bytes)
+
+
+def _register_cpu_pipeline(strided: bool, stack_bytes: int) -> str:
+    """Register (once) TVM's default TIR pipeline followed by tvm_pool's CPU lowering passes."""
+    from tvm.tirx import compilation_pipeline  # pylint: disable=import-outside-toplevel
+
+    from .stack_buffers import stack_buffers_pass  # pylint: disable=import-outside-toplevel
+
+    name = f"tvm_pool.cpu.strided{int(strided)}.stack{stack_bytes}"
+    if name not in compilation_pipeline.PIPELINE_MAP:
+        def factory():
+            pipeline, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
+            passes = [pipeline] + ([strided_loads.strided_loads_pass] if strided else [])
+            return tvm.transform.Sequential(passes + [stack_buffers_pass(stack_bytes)]), finalize_host, finalize_device
+
+        compilation_pipeline.register_tir_pipeline(name, factory)
+    return name
 
 
 def register_meta_schedule_rules() -> list[str]:

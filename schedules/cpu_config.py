@@ -116,6 +116,9 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # 0.72x with 8, hence the threshold).
     very_long_sum_taps: int = 2048
     very_long_sum_registers: int = 4
+    # Scratch buffers (per-plane copies) of at most this many bytes go on the stack, once per
+    # thread, instead of a workspace allocation per plane (schedules/stack_buffers.py); 0: off.
+    stack_buffer_bytes: int = 0
     # Are channel-first windows that tile their planes exactly, over output rows shorter than
     # a register, one flat loop per plane over a copy that sets the window's rows apart
     # (schedules/cpu_short_rows.py)? x86: LLVM gathered and scattered across such rows.

@@ -37,6 +37,11 @@ KNOBS = (
 )
 
 
+# Per-plane copies up to 32 KB (the largest plane a copy is made for: CpuConfig.plane_copy_bytes)
+# on the stack: a thread's stack holds them whatever the platform's default stack size.
+STACK_BUFFER_BYTES = 32 * 1024
+
+
 class Pool(cpu.Pool):
     """The shared CPU rule on x86 targets."""
 
@@ -53,4 +58,4 @@ class Pool(cpu.Pool):
 
     def config(self, target: Target) -> CpuConfig:
         return CpuConfig("x86", vector_bits=x86_vector_bits(target), num_threads=target_threads(target),
-                         plane_copy_short_rows=True)
+                         plane_copy_short_rows=True, stack_buffer_bytes=STACK_BUFFER_BYTES)

@@ -6,6 +6,8 @@ Correctness only (timing lives in the benchmark). Each case builds the same Rela
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -375,3 +377,46 @@ def test_random_sweep(seed):
         _check(_module(shape, dtype, emit), shape, dtype, nan=True)
     emit = lambda bb, x: relax_ops.avg_pool(bb, x, k, strides=s, pads=p, ceil_mode=ceil, count_include_pad=bool(seed % 2))  # noqa: E731
     _check(_module(shape, "float32", emit), shape, "float32")
+
+
+def _pool_module(shape, pool):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(pool(x)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _pool_llvm_ir(ex) -> str:
+    for lib in [ex.mod, *ex.mod.imports]:
+        try:
+            ir = lib.inspect_source("ll")
+        except Exception:  # pylint: disable=broad-except  # a module without LLVM source
+            continue
+        if "pool" in ir:
+            return ir
+    raise AssertionError("no LLVM module holds the pool")
+
+
+@pytest.mark.parametrize("shape, pool", [
+    ((2, 16, 14, 14), lambda x: relax.op.nn.max_pool2d(x, 3, 1, 1, ceil_mode=True)),  # a 16x16 copy: 1024 bytes
+    ((1, 8, 35, 35), lambda x: relax.op.nn.avg_pool2d(x, 3, 1, 1, count_include_pad=True)),  # 37x37: 5476 bytes
+])
+def test_per_plane_copies_live_on_the_stack(shape, pool, monkeypatch):
+    """A per-plane padded copy of 1 KB or more is allocated once per thread on the stack
+    (schedules/stack_buffers.py), not through TVMBackendAllocWorkspace once per plane (what TVM's
+    LowerTVMBuiltin makes of buffers from 1024 bytes on); the outputs are those of the
+    workspace build."""
+    mod = _pool_module(shape, pool)
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype("float32"))
+    stacked = tvm_pool.compile(mod, host_target())
+    ir = _pool_llvm_ir(stacked)
+    assert "@__TVMBackendAllocWorkspace, align" not in ir
+    assert re.search(r"%pad\w* = alloca \[\d+ x float\]", ir), "the padded copy is not on the stack"
+    monkeypatch.setattr(x86, "STACK_BUFFER_BYTES", 0)
+    workspace = tvm_pool.compile(mod, host_target())
+    assert "@__TVMBackendAllocWorkspace, align" in _pool_llvm_ir(workspace)
+    outs = [relax.VirtualMachine(ex, tvm.cpu())["main"](x).numpy() for ex in (stacked, workspace)]
+    np.testing.assert_array_equal(outs[0], outs[1])
