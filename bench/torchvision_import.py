@@ -17,8 +17,8 @@ torchvision's own C++ registrations (``torchvision/csrc/ops/*.cpp``, ``m.def(...
 ``qroi_align`` follows the call in ``torchvision/ops/roi_align.py`` of 0.28, which passes the
 rois' quantization too.
 
-The same workaround as ``tests/helpers/torchvision_models.py``'s (copied here so that the
-installed benchmark has it without the tests).
+The installed package's one copy: the benchmark's layer tracer and the tests
+(``tests/helpers/torchvision_models.py``) both import it from here.
 """
 
 from __future__ import annotations

@@ -148,12 +148,13 @@ def make_args(func: tirx.PrimFunc, seed: int):
     return arrays
 
 
-def run_alone(func: tirx.PrimFunc, target, arrays):
-    """Build ``func`` as the only function of a module and run it on copies of ``arrays``."""
+def run_alone(func: tirx.PrimFunc, target, arrays, tir_pipeline: str = "default"):
+    """Build ``func`` as the only function of a module (with TVM's TIR pipeline ``tir_pipeline``)
+    and run it on copies of ``arrays``."""
     func = func.with_attr("global_symbol", "main")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lib = tvm.compile(tvm.IRModule({"main": func}), target=resolve_target(target))
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=resolve_target(target), tir_pipeline=tir_pipeline)
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(a.copy(), dev) for a in arrays]
     lib["main"](*tensors)
@@ -186,8 +187,10 @@ def check_lowered(lowered: tvm.IRModule, target, seed: int = 0) -> Report:
     return check_pairs(scheduled_prim_funcs(lowered, target), target, seed)
 
 
-def check_pairs(pairs, target, seed: int = 0) -> Report:
-    """Compare each (symbol, unscheduled, scheduled) PrimFunc pair on the same random inputs."""
+def check_pairs(pairs, target, seed: int = 0, tir_pipeline: str = "default") -> Report:
+    """Compare each (symbol, unscheduled, scheduled) PrimFunc pair on the same random inputs, both
+    built for ``target`` (this machine: a PrimFunc scheduled for another CPU, aarch64's, runs here
+    too) with TVM's TIR pipeline ``tir_pipeline`` (aarch64's adds schedules.strided_loads)."""
     report = Report([], [], [])
     for symbol, plain, scheduled in pairs:
         arrays = make_args(plain, seed)
@@ -195,9 +198,9 @@ def check_pairs(pairs, target, seed: int = 0) -> Report:
             report.unchecked.append((symbol, "symbolic shape"))
             continue
         names = [str(b.name) for b in _buffers(plain)]
-        want = run_alone(plain, target, arrays)
+        want = run_alone(plain, target, arrays, tir_pipeline)
         try:
-            got = run_alone(scheduled, target, arrays)
+            got = run_alone(scheduled, target, arrays, tir_pipeline)
         except Exception as err:  # noqa: BLE001  (a scheduled function that does not build is a finding)
             report.mismatches.append(Mismatch(symbol, "", f"scheduled build/run failed: {type(err).__name__}: {str(err)[:300]}"))
             continue
