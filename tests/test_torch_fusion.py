@@ -374,11 +374,50 @@ def test_torch_fusion(seeds, target, host):
     check_graphs(seeds, target, host)
 
 
+# (target, seed) -> (the CPUs it happens on, what LLVM says): graphs whose x86 build aborts the
+# process inside LLVM's backend for those CPUs (not a tvm_pool error: LLVM's instruction
+# selection; repro and variants in the commit that added the entry). They are left out of their
+# batch on those CPUs and pinned by test_known_llvm_aborts, which fails once LLVM builds them.
+KNOWN_LLVM_ABORTS = {
+    # relu -> max_pool3d((2,3,3), pad (0,1,1), ceil, indices) on [1,1,3,3,5]: LLVM's vectoriser
+    # gathers the relu'd taps of the padded key copy; selecting a zero_extend_vector_inreg of
+    # v8i32 to v4i64 then fails for znver4 (skylake-avx512 and haswell build and match torch)
+    ("x86", 102244): (("znver4",), "LLVM ERROR: Cannot select"),
+}
+
+
+def _aborting_here(target: str) -> set:
+    from tvm_pool.targets import host_cpu  # pylint: disable=import-outside-toplevel
+
+    return {seed for (t, seed), (cpus, _) in KNOWN_LLVM_ABORTS.items() if t == target and host_cpu() in cpus}
+
+
 @x86_only
 @pytest.mark.slow
 @pytest.mark.parametrize("seeds,target", _params(100_000, SLOW_MODELS, every_target=True))
 def test_torch_fusion_large(seeds, target, host):
-    check_graphs(seeds, target, host, real_cuda=True)
+    check_graphs(tuple(s for s in seeds if s not in _aborting_here(target)), target, host, real_cuda=True)
+
+
+@x86_only
+@pytest.mark.slow
+@pytest.mark.parametrize("target, seed", sorted(KNOWN_LLVM_ABORTS))
+def test_known_llvm_aborts(target, seed):
+    """Each known abort still aborts on its CPUs (in a process of its own), and builds and
+    matches torch elsewhere: an entry LLVM no longer needs fails here, to be removed."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    from pathlib import Path  # pylint: disable=import-outside-toplevel
+
+    code = ("import sys; sys.path.insert(0, {tests!r}); from tvm_pool.targets import host_target; "
+            "import test_torch_fusion as t; t.check_graphs(({seed},), {target!r}, host_target())")
+    proc = subprocess.run([sys.executable, "-c", code.format(tests=str(Path(__file__).parent), seed=seed, target=target)],
+                          capture_output=True, text=True, check=False, timeout=600)
+    cpus, message = KNOWN_LLVM_ABORTS[target, seed]
+    if seed in _aborting_here(target):
+        assert proc.returncode != 0 and message in proc.stderr, (
+            f"seed {seed} on {target} no longer aborts on this CPU: remove it from KNOWN_LLVM_ABORTS\n{proc.stderr[-2000:]}")
+    else:
+        assert proc.returncode == 0, f"seed {seed} on {target} (aborts on {cpus} only):\n{proc.stderr[-2000:]}"
 
 
 # ---------------------------------------------------------------------------------------------
