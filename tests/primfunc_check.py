@@ -48,6 +48,13 @@ class Report:
             lines.append("not run alone: " + ", ".join(f"{s} ({why})" for s, why in self.unchecked))
         return "\n".join(lines)
 
+    def diagnosis(self) -> list[str]:
+        """What a failing graph's diagnosis says of its scheduled PrimFuncs checked alone."""
+        lines = [f"scheduled PrimFuncs checked alone: {', '.join(self.checked) or 'none'}"]
+        if self.mismatches or self.unchecked:
+            return lines + [self.summary()]
+        return lines + ["every scheduled PrimFunc equals its unscheduled self alone"]
+
 
 def lower_unscheduled(mod: tvm.IRModule, target) -> tvm.IRModule:
     """``mod`` through tvm_pool's Relax pipeline without schedules (no TIR build)."""

@@ -87,11 +87,7 @@ def diagnose(graph, target) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             report = check_module(tvm_pool.from_onnx(model), target, seed=graph.seed)
-        lines.append(f"scheduled PrimFuncs checked alone: {', '.join(report.checked) or 'none'}")
-        if report.mismatches or report.unchecked:
-            lines.append(report.summary())
-        else:
-            lines.append("every scheduled PrimFunc equals its unscheduled self alone")
+        lines += report.diagnosis()
     except Exception as err:  # noqa: BLE001
         lines.append(f"per-PrimFunc check failed: {type(err).__name__}: {str(err)[:200]}")
     return "\n    ".join(lines)

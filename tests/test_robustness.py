@@ -27,7 +27,7 @@ import tvm_pool
 from tvm_pool import artifact, cli, spec
 from tvm_pool.cli import compile as cli_compile
 from tvm_pool.compute.pool import _may_see_no_data
-from helpers import compile_vm
+from helpers import compile_vm, pool_module
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -523,18 +523,6 @@ def test_huge_axis_windows_read_their_input(n, geometry):
         assert any("x" in r for r in reads), (n, geometry, reads)
 
 
-def _relax_pool(shape, pool):
-    from tvm import relax  # pylint: disable=import-outside-toplevel
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(pool(x)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 @pytest.mark.parametrize("target", ["llvm", "arm", "cuda"])
 @pytest.mark.parametrize("shape, pool, out_shape", [
     ((0, 3, 9), lambda x: tvm.relax.op.nn.avg_pool1d(x, 6, 3, 2, count_include_pad=True), (0, 3, 3)),
@@ -548,7 +536,7 @@ def test_empty_tensors_compile_to_nothing(target, shape, pool, out_shape):
     """A pool whose output has no element (batch 0, channels 0; PyTorch's OpInfo samples have
     them) is a function with nothing to do: no rule declines it (the autouse check), no kernel is
     launched, and on the host the module runs and returns the empty output."""
-    exe = tvm_pool.compile(_relax_pool(shape, pool), target)
+    exe = tvm_pool.compile(pool_module(shape, pool), target)
     if target == "llvm":
         vm = tvm.relax.VirtualMachine(exe, tvm.cpu())
         out = vm["main"](tvm.runtime.tensor(np.zeros(shape, "float32")))
@@ -559,6 +547,6 @@ def test_adaptive_pool_of_an_empty_axis_is_a_one_line_error(capfd):
     """(The error is raised inside TVM's LegalizeOps, whose own C++ BlockBuilder then warns
     that it was destroyed open: capfd takes that line, which is not an importer's leak.)"""
     with pytest.raises(Exception, match=r"adaptive pooling of an empty spatial axis 0 \(size 0\) into 1 bins.*allowed"):
-        tvm_pool.compile(_relax_pool((2, 3, 0, 8), lambda x: tvm.relax.op.nn.adaptive_avg_pool2d(x, (1, 1))), "llvm")
+        tvm_pool.compile(pool_module((2, 3, 0, 8), lambda x: tvm.relax.op.nn.adaptive_avg_pool2d(x, (1, 1))), "llvm")
     gc.collect()
     capfd.readouterr()

@@ -18,7 +18,7 @@ from tvm import s_tir, te, tirx, topi
 from tvm_pool import compute
 from tvm_pool.schedules import analysis, x86
 from tvm_pool.targets import host_target
-from helpers import x86_only
+from helpers import pool_module, x86_only
 
 pytestmark = x86_only
 
@@ -264,13 +264,9 @@ def test_global_and_few_output_planes_keep_the_reduction_schedule(shape, out):
 
     from tvm_pool import lowering  # pylint: disable=import-outside-toplevel
 
-    bb = relax.BlockBuilder()  # Relax's legalization, as in a user's compile (int64 shapes)
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(bb.emit(relax.op.nn.adaptive_avg_pool2d(x, out)))
-        bb.emit_func_output(y)
-    mod = relax.transform.LegalizeOps(lowering.legalize_map())(bb.get())
+    # Relax's legalization, as in a user's compile (int64 shapes)
+    mod = pool_module(shape, lambda x: relax.op.nn.adaptive_avg_pool2d(x, out))
+    mod = relax.transform.LegalizeOps(lowering.legalize_map())(mod)
     func = next(f for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc))
     with TARGET:
         sch = x86.Pool().apply(func, TARGET, False)

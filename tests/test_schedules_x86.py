@@ -18,6 +18,7 @@ from tvm_pool import relax_ops
 from tvm_pool.schedules import cpu, rules_for, x86
 from tvm_pool.targets import host_target
 from helpers import host_is_x86 as _host_is_x86
+from helpers import pool_module
 
 # Targets the rule is asked about (compile only) ...
 AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -379,16 +380,6 @@ def test_random_sweep(seed):
     _check(_module(shape, "float32", emit), shape, "float32")
 
 
-def _pool_module(shape, pool):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(pool(x)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def _pool_llvm_ir(ex) -> str:
     for lib in [ex.mod, *ex.mod.imports]:
         try:
@@ -409,7 +400,7 @@ def test_per_plane_copies_live_on_the_stack(shape, pool, monkeypatch):
     (schedules/stack_buffers.py), not through TVMBackendAllocWorkspace once per plane (what TVM's
     LowerTVMBuiltin makes of buffers from 1024 bytes on); the outputs are those of the
     workspace build."""
-    mod = _pool_module(shape, pool)
+    mod = pool_module(shape, pool)
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype("float32"))
     stacked = tvm_pool.compile(mod, host_target())
     ir = _pool_llvm_ir(stacked)

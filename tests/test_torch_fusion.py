@@ -240,11 +240,7 @@ def diagnose(graph, target: str, host) -> str:
         lines.append(f"schedule=False: fails: {type(err).__name__}: {str(err)[:200]}")
     try:
         report = rule_report(mod, target, host, graph.seed)
-        lines.append(f"scheduled PrimFuncs checked alone: {', '.join(report.checked) or 'none'}")
-        if report.mismatches or report.unchecked:
-            lines.append(report.summary())
-        else:
-            lines.append("every scheduled PrimFunc equals its unscheduled self alone")
+        lines += report.diagnosis()
     except Exception as err:  # noqa: BLE001
         lines.append(f"per-PrimFunc check failed: {type(err).__name__}: {str(err)[:300]}")
     return "\n    ".join(lines)
@@ -274,6 +270,16 @@ def _bisect(graphs, attempt) -> list:
         except Exception:  # noqa: BLE001
             out += _bisect(part, attempt)
     return out
+
+
+def _whole_or_failing(graphs, mod, step, what: str) -> None:
+    """``step(graphs, mod)`` on the whole batch's module; where it fails, an AssertionError
+    naming ``what`` and each graph it fails on alone (:func:`_bisect`)."""
+    try:
+        step(graphs, mod)
+    except Exception as err:  # noqa: BLE001
+        why = [f"graph {g.describe()}\n    {r}" for g, r in zip(graphs, _bisect(graphs, step)) if isinstance(r, str)]
+        raise AssertionError(f"{what}:\n" + "\n".join(why or [f"(the batch only) {err}"])) from err
 
 
 def check_graphs(seeds, target: str, host, real_cuda: bool = False) -> None:
@@ -311,12 +317,7 @@ def check_aarch64_build(graphs, mod, emulated: dict) -> None:
             tvm_pool.compile(part_mod or import_graphs(part), resolve_target("arm"))
         return [None] * len(part)
 
-    try:
-        aarch64_build(graphs, mod)
-    except Exception as err:  # noqa: BLE001
-        why = [f"graph {g.describe()}\n    {r}" for g, r in zip(graphs, _bisect(graphs, aarch64_build))
-               if isinstance(r, str)]
-        raise AssertionError("aarch64 build fails:\n" + "\n".join(why or [f"(the batch only) {err}"])) from err
+    _whole_or_failing(graphs, mod, aarch64_build, "aarch64 build fails")
     pooling = sorted(name for name, func in built.items() if _has_pool_block(func))
     assert pooling, sorted(built)
     differ = [name for name in pooling
@@ -340,12 +341,7 @@ def check_cuda_lowering(graphs, mod) -> None:
         assert not missing, f"the CUDA rule takes none of {missing}"
         return [None] * len(part)
 
-    try:
-        schedules(graphs, mod)
-    except Exception as err:  # noqa: BLE001
-        why = [f"graph {g.describe()}\n    {r}" for g, r in zip(graphs, _bisect(graphs, schedules))
-               if isinstance(r, str)]
-        raise AssertionError("CUDA lowering: " + "\n".join(why or [f"(the batch only) {err}"])) from err
+    _whole_or_failing(graphs, mod, schedules, "CUDA lowering")
 
 
 def _has_pool_block(func) -> bool:

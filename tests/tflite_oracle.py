@@ -98,17 +98,24 @@ def random_quant(rng, dtype: str, activation: str) -> Quant:
     return Quant(scale, zero)
 
 
-def random_case(rng, dtype: str, op: str | None = None) -> PoolCase:
-    """Filters 1-4, strides 1-4 (also above the filter), SAME/VALID, odd sizes, batch 1-3,
-    channels 1-67, every fused activation."""
-    op = op or str(rng.choice(OPS[dtype]))
-    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 12)), int(rng.integers(1, 12)), int(rng.integers(1, 68)))
+def _random_window(rng, shape: tuple) -> tuple:
+    """(filter, strides, padding, fused activation) of a random pool over NHWC ``shape``:
+    filters and strides 1-4 (a VALID filter no larger than the input)."""
     filter_hw = tuple(int(k) for k in rng.integers(1, 5, 2))
     stride_hw = tuple(int(s) for s in rng.integers(1, 5, 2))
     padding = str(rng.choice(["SAME", "VALID"]))
     if padding == "VALID":
         filter_hw = (min(filter_hw[0], shape[1]), min(filter_hw[1], shape[2]))
     activation = str(rng.choice(ACTIVATIONS))
+    return filter_hw, stride_hw, padding, activation
+
+
+def random_case(rng, dtype: str, op: str | None = None) -> PoolCase:
+    """Filters 1-4, strides 1-4 (also above the filter), SAME/VALID, odd sizes, batch 1-3,
+    channels 1-67, every fused activation."""
+    op = op or str(rng.choice(OPS[dtype]))
+    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 12)), int(rng.integers(1, 12)), int(rng.integers(1, 68)))
+    filter_hw, stride_hw, padding, activation = _random_window(rng, shape)
     quant = random_quant(rng, dtype, activation) if dtype != "float32" else None
     return PoolCase(op, shape, filter_hw, stride_hw, padding, activation, dtype, quant, quant)
 
@@ -139,12 +146,7 @@ def random_op(rng, kind: str, shape: tuple, dtype: str, in_quant, keep_dims=None
         keep = bool(rng.integers(2)) if keep_dims is None else keep_dims
         out_quant = in_quant if same else _quant(rng, dtype, zero_point_zero=int16_zero)
         return MeanCase(shape, axes, keep, dtype, in_quant, out_quant)
-    filter_hw = tuple(int(k) for k in rng.integers(1, 5, 2))
-    stride_hw = tuple(int(s) for s in rng.integers(1, 5, 2))
-    padding = str(rng.choice(["SAME", "VALID"]))
-    if padding == "VALID":
-        filter_hw = (min(filter_hw[0], shape[1]), min(filter_hw[1], shape[2]))
-    activation = str(rng.choice(ACTIVATIONS))
+    filter_hw, stride_hw, padding, activation = _random_window(rng, shape)
     out_quant = in_quant if same else _quant(rng, dtype, activation, zero_point_zero=int16_zero)
     return PoolCase(kind, shape, filter_hw, stride_hw, padding, activation, dtype, in_quant, out_quant)
 

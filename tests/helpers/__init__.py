@@ -143,6 +143,18 @@ def assert_matches(got: dict, want: dict) -> None:
             np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+def pool_module(shape, pool, dtype: str = "float32") -> tvm.IRModule:
+    """A Relax module whose ``main`` applies ``pool`` (a Relax expression of its input) to one
+    input of ``shape`` and ``dtype``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(pool(x)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def compile_vm(mod) -> relax.VirtualMachine:
     """``mod`` (a Relax module) compiled by tvm_pool for this CPU, as a VirtualMachine on it."""
     return relax.VirtualMachine(tvm_pool.compile(mod, "llvm"), tvm.cpu())
