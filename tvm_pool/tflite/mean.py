@@ -44,7 +44,7 @@ from tvm import te, tirx
 from .. import compute
 from ..errors import InvalidModelError, OpContext
 from . import formulas
-from .pools import node_context
+from .pools import node_context, tensor_quantization
 
 _TYPES = ("float32",) + formulas.QUANTIZED_TYPES
 # LiteRT's optimized integer MEAN takes 16 channels at a time on its NEON path.
@@ -92,16 +92,6 @@ def _keep_dims(op) -> bool:
     return bool(options.KeepDims())
 
 
-def _per_tensor(tensor):
-    params = tensor.qnn_params
-    if params is None:
-        return None
-    scale = params["scale"].value.numpy()
-    if scale.size != 1:
-        return "per-axis"
-    return float(np.float32(scale.item())), int(params["zero_point"].value.numpy().item())
-
-
 def plan_mean(converter, op, ctx: OpContext):
     """(plan, data tensor, NHWC shape) for a MEAN tvm_pool converts, or None for one it leaves
     to TVM's converter."""
@@ -128,7 +118,7 @@ def plan_mean(converter, op, ctx: OpContext):
         return None
     if dtype == "float32":
         return MeanPlan("float", keep_dims), data, shape
-    q_in, q_out = _per_tensor(data), _per_tensor(out)
+    q_in, q_out = tensor_quantization(data), tensor_quantization(out)
     if q_in is None or q_out is None or "per-axis" in (q_in, q_out):
         raise InvalidModelError(
             ctx, f"{dtype} MEAN needs per-tensor quantization (one scale, one zero point) on its input and output, "

@@ -127,7 +127,9 @@ def _declared_shape(tensor) -> tuple:
     return tuple(int(d) for d in tensor.tensor.ShapeAsNumpy()) if tensor.tensor.ShapeLength() else ()
 
 
-def _quantization(tensor):
+def tensor_quantization(tensor):
+    """A tensor's (scale as float32, zero point), "per-axis" for more than one scale, None when
+    it is not quantized."""
     params = tensor.qnn_params
     if params is None:
         return None
@@ -139,7 +141,7 @@ def _quantization(tensor):
 
 def _quantized_bounds(ctx, tensors: PoolTensors, attrs: PoolAttributes):
     """(low, high) of the clamp in the integer domain, after checking the quantization."""
-    q_in, q_out = _quantization(tensors.data), _quantization(tensors.out)
+    q_in, q_out = tensor_quantization(tensors.data), tensor_quantization(tensors.out)
     if "per-axis" in (q_in, q_out):
         raise InvalidModelError(ctx, "input and output must be quantized per tensor (one scale, one zero point)")
     # Input and output quantization may differ (the quantization spec wants them equal, LiteRT's
