@@ -8,7 +8,8 @@ One dlight-style rule per target family, its settings as data:
 - :mod:`.cpu`   the CPU rule, shared by every CPU family (its config in :mod:`.cpu_config`,
                 window reductions in :mod:`.cpu_reduction`, separable passes in :mod:`.cpu_passes`,
                 exact plane tilings over short rows in :mod:`.cpu_short_rows`; lowering passes
-                :mod:`.strided_loads` and :mod:`.stack_buffers`, chosen by :func:`tir_pipeline`)
+                :mod:`.strided_loads` and :mod:`.stack_buffers` in :mod:`.pipelines`, chosen by
+                :func:`tir_pipeline`)
 - :mod:`.x86`   x86-64 CPUs: AVX2 / AVX-512 widths, x86's knobs
 - :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16, FMAX / -0.0 rewrites, its knobs
 - :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)
@@ -31,6 +32,7 @@ from tvm.s_tir import SBlock
 from . import analysis, cpu, decline, strided_loads
 from .decline import ScheduleDeclined
 from .families import rule_for, rules_for
+from .pipelines import register_after_default
 
 
 def prepare_pass(target: tvm.target.Target) -> tvm.transform.Pass:
@@ -105,7 +107,7 @@ def _apply_rules(rules: list) -> tvm.transform.Pass:
         for gv, func in mod.functions_items():
             if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
                 continue
-            if analysis.has_pool_units(func) and analysis.computes_nothing(func):
+            if analysis.computes_nothing(func) and analysis.has_pool_units(func):  # the cheap walk first
                 # an empty output (a batch of 0): no loop to schedule, no kernel to launch
                 updates[gv] = func.with_body(tvm.tirx.Evaluate(0)).with_attr("tirx.is_scheduled", True)
                 continue
@@ -154,20 +156,11 @@ def tir_pipeline(target: tvm.target.Target) -> str:
 
 
 def _register_cpu_pipeline(strided: bool, stack_bytes: int) -> str:
-    """Register (once) TVM's default TIR pipeline followed by tvm_pool's CPU lowering passes."""
-    from tvm.tirx import compilation_pipeline  # pylint: disable=import-outside-toplevel
-
+    """TVM's default TIR pipeline followed by tvm_pool's CPU lowering passes, registered once."""
     from .stack_buffers import stack_buffers_pass  # pylint: disable=import-outside-toplevel
 
-    name = f"tvm_pool.cpu.strided{int(strided)}.stack{stack_bytes}"
-    if name not in compilation_pipeline.PIPELINE_MAP:
-        def factory():
-            pipeline, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
-            passes = [pipeline] + ([strided_loads.strided_loads_pass] if strided else [])
-            return tvm.transform.Sequential(passes + [stack_buffers_pass(stack_bytes)]), finalize_host, finalize_device
-
-        compilation_pipeline.register_tir_pipeline(name, factory)
-    return name
+    passes = ([strided_loads.strided_loads_pass] if strided else []) + [stack_buffers_pass(stack_bytes)]
+    return register_after_default(f"tvm_pool.cpu.strided{int(strided)}.stack{stack_bytes}", passes)
 
 
 def register_meta_schedule_rules() -> list[str]:

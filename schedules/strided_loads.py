@@ -33,6 +33,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..targets import is_aarch64
+from .pipelines import register_after_default
 
 __all__ = ["LOAD", "rewrite_function", "strided_loads_pass", "register_pipeline", "MAX_STRIDE"]
 
@@ -160,15 +161,7 @@ PIPELINE = "tvm_pool.deinterleave"
 def register_pipeline() -> str:
     """Register (once) TVM's default TIR pipeline followed by :func:`strided_loads_pass`, under
     the name returned; ``tvm.compile(..., tir_pipeline=NAME)`` uses it."""
-    from tvm.tirx import compilation_pipeline  # pylint: disable=import-outside-toplevel
-
-    if PIPELINE not in compilation_pipeline.PIPELINE_MAP:
-        def factory():
-            pipeline, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("default")
-            return tvm.transform.Sequential([pipeline, strided_loads_pass]), finalize_host, finalize_device
-
-        compilation_pipeline.register_tir_pipeline(PIPELINE, factory)
-    return PIPELINE
+    return register_after_default(PIPELINE, [strided_loads_pass])
 
 
 # --------------------------------------------------------------------------------------------
