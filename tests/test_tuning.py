@@ -472,7 +472,6 @@ def test_tune_comparison_notes(monkeypatch):
 @pytest.mark.parametrize("target, here", [("host", True), ("x86", True), ("arm", False), ("cuda", False),
                                           ({"kind": "llvm", "mcpu": "cortex-a72", "mtriple": "aarch64-linux-gnu"}, False)])
 def test_tune_compares_only_where_the_target_runs_here(target, here):
-    from tvm_pool.cli.tune import runs_here  # pylint: disable=import-outside-toplevel
-    from tvm_pool.targets import resolve_target  # pylint: disable=import-outside-toplevel
+    from tvm_pool.targets import resolve_target, runs_here  # pylint: disable=import-outside-toplevel
 
     assert runs_here(resolve_target(target)) is here

@@ -217,6 +217,18 @@ def foreign_triple(target: Target) -> str | None:
     return None if arch == _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower()) else triple
 
 
+def runs_here(target: Target) -> bool:
+    """Whether code built for ``target`` runs on this machine: a CPU target of this machine's
+    architecture and its CPU, none named, or (x86) vectors no wider than this CPU's."""
+    if target.kind.name != "llvm" or foreign_triple(target) is not None:
+        return False
+    mcpu = str(target.attrs["mcpu"]) if "mcpu" in target.attrs and target.attrs["mcpu"] else ""
+    if mcpu in ("", host_cpu()):
+        return True
+    host = host_target()
+    return is_x86(target) and is_x86(host) and x86_vector_bits(target) <= x86_vector_bits(host)
+
+
 def missing_cross_compiler(target: Target) -> str | None:
     """The cross g++ that building for ``target`` needs (``aarch64-linux-gnu-g++``) when it is not
     on PATH, else None (also for this machine's CPU, which needs none)."""

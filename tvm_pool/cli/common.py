@@ -415,8 +415,8 @@ def compile_module(mod, signature, tgt, progress, verbose=False, tuning_logs=Non
         captured.replay = not progress.quiet  # -q: no native warnings either (tuning-log warnings still)
         executable = tvm_pool.compile(mod, tgt, tuning_logs=tuning_logs, shipped_logs=shipped_logs)
         coverage = tuning_coverage(mod, tgt, tuning_logs, shipped_logs, source) if os.path.isfile(source) else None
-    if coverage is not None and not (progress.quiet and coverage.startswith("tuning: every kernel")):
-        print(f"tvm-pool: {coverage}", file=sys.stderr, flush=True)
+    if coverage is not None and not (progress.quiet and coverage[1]):
+        print(f"tvm-pool: {coverage[0]}", file=sys.stderr, flush=True)
     return executable, signature, tgt
 
 
@@ -432,16 +432,18 @@ def say_model_tuning(build_module, target, args) -> None:
 
     with warnings.catch_warnings():  # the per-node lines above showed them (each once)
         warnings.simplefilter("ignore", TuningLogWarning)
-        print(tuning_coverage(mod, target, args.tuning_logs, not args.no_tuning_logs, args.model))
+        print(tuning_coverage(mod, target, args.tuning_logs, not args.no_tuning_logs, args.model)[0])
 
 
-def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> str:
+def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> tuple[str, bool]:
     """The one line that says which of the model's kernels have no tuning record, what share of
-    its work they are and the command that tunes them (:class:`tvm_pool.tuning.lookup.Coverage`);
-    "tuning: ? (why)" where the model's kernels cannot be extracted."""
+    its work they are and the command that tunes them (:class:`tvm_pool.tuning.lookup.Coverage`),
+    and whether every kernel has one; "tuning: ? (why)" (not covered) where the model's kernels
+    cannot be extracted."""
     from ..tuning.lookup import coverage  # pylint: disable=import-outside-toplevel
 
     try:
-        return coverage(mod, tgt, tuning_logs, shipped=shipped_logs).line(source)
+        found = coverage(mod, tgt, tuning_logs, shipped=shipped_logs)
     except MODEL_ERRORS as err:
-        return f"tuning: ? ({one_line(err)})"
+        return f"tuning: ? ({one_line(err)})", False
+    return found.line(source), not found.untuned

@@ -9,6 +9,7 @@ import os
 import sys
 
 from . import exported, tflite_files
+from ..targets import runs_here
 from .common import (
     TARGET_HELP,
     CliError,
@@ -112,20 +113,6 @@ def run(args) -> int:
         say("timing the model untuned and tuned (--no-compare skips this)")
         print(compare(mod, target, log_dir, None if program or tflite else args.model, runtime_threads()))
     return 0
-
-
-def runs_here(target) -> bool:
-    """Whether code built for ``target`` runs on this machine: a CPU target of this machine's
-    architecture and its CPU, none named, or (x86) vectors no wider than this CPU's."""
-    from ..targets import foreign_triple, host_cpu, host_target, is_x86, x86_vector_bits  # pylint: disable=import-outside-toplevel
-
-    if target.kind.name != "llvm" or foreign_triple(target) is not None:
-        return False
-    mcpu = str(target.attrs["mcpu"]) if "mcpu" in target.attrs and target.attrs["mcpu"] else ""
-    if mcpu in ("", host_cpu()):
-        return True
-    host = host_target()
-    return is_x86(target) and is_x86(host) and x86_vector_bits(target) <= x86_vector_bits(host)
 
 
 def _budget(args) -> tuple[int, float | None]:

@@ -15,19 +15,14 @@ RTOL = 1e-4  # a tuned schedule sums in another order: the whole model's relativ
 
 
 def _inputs(mod) -> list:
-    """Seeded random inputs for ``mod``'s ``main`` (static shapes: tuning needs them)."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    """Seeded random inputs for ``mod``'s ``main`` (static shapes: tuning needs them), as
+    ``tvm-pool run`` makes them (:func:`.run.random_inputs`)."""
+    from .run import random_inputs  # pylint: disable=import-outside-toplevel
 
-    rng = np.random.default_rng(0)
-    arrays = []
-    for param in mod["main"].params:
-        shape = [int(d) for d in param.ty.shape.values]
-        dtype = str(param.ty.dtype)
-        if np.dtype(dtype if dtype != "bfloat16" else "float32").kind in "iub":
-            arrays.append(rng.integers(0, 2 if dtype == "bool" else 10, size=shape).astype(dtype))
-        else:
-            arrays.append(rng.standard_normal(shape).astype("float32" if dtype == "bfloat16" else dtype))
-    return arrays
+    params = mod["main"].params
+    signature = {"inputs": [{"name": p.name, "dtype": str(p.ty.dtype)} for p in params]}
+    arrays = random_inputs(signature, {p.name: [int(d) for d in p.ty.shape.values] for p in params})
+    return [arrays[p.name] for p in params]
 
 
 def _median_ms(call) -> float:
