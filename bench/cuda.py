@@ -31,11 +31,14 @@ from .peers import TVM_ERRORS, NotAvailable, runtime_errors, torch_call
 from .summary import fmt, geomean, short_reason
 from .timing import copy_size, sample_times
 from .workloads import (
-    CHANNEL_LAST_GROUPS, Workload, build_model, channel_first_twin, channel_last_workloads, make_input, out_bytes,
-    reference, relax_module, to_channel_first, to_channel_last, workloads,
+    CHANNEL_LAST_GROUPS, KERNEL_BOUND_GROUPS, Workload, build_model, channel_first_twin, channel_last_workloads,
+    kernel_bound_workloads, make_input, out_bytes, reference, relax_module, to_channel_first, to_channel_last,
+    workloads,
 )
 
-PEERS = ("tvm_pool", "tvm", "torch")
+# torch_graph: PyTorch's call captured once in a CUDA graph and replayed, so that its Python
+# launch cost is gone (cuda_replay.graph_replay)
+PEERS = ("tvm_pool", "tvm", "torch", "torch_graph")
 CHANNEL_FIRST = channel_last.CHANNEL_FIRST  # tvm_pool on a channel-last workload's channel-first twin
 
 
@@ -108,21 +111,39 @@ def _vm_runner(ex, dev, x):
     return lambda: fn(arg)
 
 
-def peer_tvm_pool(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argument
-    """tvm_pool with its CUDA schedule; ``(call, sync)``."""
-    import tvm_pool  # pylint: disable=import-outside-toplevel
-
-    ex = tvm_pool.compile(tvm_pool.from_onnx(model), target=gpu_target(arch))
-    return _vm_runner(ex, dev, x), dev.sync
-
-
-def peer_tvm(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argument
-    """Stock TVM 0.27: its ONNX importer and its CUDA pipeline (dlight's default GPU rules)."""
+def builders(w: Workload, arch: str) -> dict:
+    """Peer -> a function returning its compiled executable for the GPU."""
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
 
-    ex = tvm.compile(from_onnx(model), target=gpu_target(arch))
-    return _vm_runner(ex, dev, x), dev.sync
+    import tvm_pool  # pylint: disable=import-outside-toplevel
+    from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
+
+    target = host_target() if arch == "cpu" else gpu_target(arch)
+    if w.road == "nhwc":
+        stock = _stock_tflite(w) if w.tflite_padding is not None else None
+        return {"tvm_pool": lambda: tvm_pool.compile(relax_module(w), target=target),
+                "tvm": lambda: tvm.compile(stock if stock is not None else relax_module(w), target=target),
+                CHANNEL_FIRST: lambda: tvm_pool.compile(relax_module(channel_first_twin(w)), target=target)}
+    model = build_model(w)
+    if w.road == "torch":
+        from tvm.relax.frontend.torch import from_exported_program  # pylint: disable=import-outside-toplevel
+
+        return {"tvm_pool": lambda: tvm_pool.compile(tvm_pool.from_exported_program(model), target=target),
+                "tvm": lambda: tvm.compile(from_exported_program(model), target=target)}
+    return {"tvm_pool": lambda: tvm_pool.compile(tvm_pool.from_onnx(model), target=target),
+            "tvm": lambda: tvm.compile(from_onnx(model), target=target)}
+
+
+def peer_tvm_pool(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argument
+    """tvm_pool with its CUDA schedule (its ONNX or torch.export importer); ``(call, sync)``."""
+    return _vm_runner(builders(w, arch)["tvm_pool"](), dev, x), dev.sync
+
+
+def peer_tvm(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argument
+    """Stock TVM 0.27: its ONNX or torch.export importer and its CUDA pipeline (dlight's
+    default GPU rules)."""
+    return _vm_runner(builders(w, arch)["tvm"](), dev, x), dev.sync
 
 
 def peer_torch(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argument
@@ -135,12 +156,31 @@ def peer_torch(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argu
         raise NotAvailable("torch has no CUDA device (a CPU-only wheel?)")
     if w.dtype in ("int8", "uint8"):
         raise NotAvailable(f"{w.dtype} pooling not supported by torch CUDA kernels")
-    return torch_call(w, torch.from_numpy(x).cuda()), torch.cuda.synchronize
+    return torch_call(w, _torch_tensor(x)), torch.cuda.synchronize
+
+
+def _torch_tensor(x):
+    """``x`` on the GPU as a torch tensor (bfloat16 through its bits)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view("int16")).cuda().view(torch.bfloat16)
+    return torch.from_numpy(x).cuda()
+
+
+def peer_torch_graph(w: Workload, model, x, dev, arch):
+    """PyTorch's call captured in a CUDA graph and replayed (no Python launch cost)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    from .cuda_replay import graph_replay  # pylint: disable=import-outside-toplevel
+
+    call, sync = peer_torch(w, model, x, dev, arch)
+    return graph_replay(call)[0], sync
 
 
 # Each peer's set-up, by name: (workload, model, x, dev, arch) -> (call, sync). The errors its
 # runtime raises when it refuses or fails a workload (peers.runtime_errors) become its "n/a" reason.
-STARTERS = {"tvm_pool": peer_tvm_pool, "tvm": peer_tvm, "torch": peer_torch}
+STARTERS = {"tvm_pool": peer_tvm_pool, "tvm": peer_tvm, "torch": peer_torch, "torch_graph": peer_torch_graph}
 
 
 def copy_runner(dev, nbytes_read: int, nbytes_written: int):
@@ -163,8 +203,9 @@ def summarize(row: dict) -> dict:
     others = [row["ms"][p] for p in PEERS[1:] if p in row["ms"]]
     if ours and row.get("copy_ms"):
         row["pct_copy"] = 100.0 * row["copy_ms"] / ours
-    if ours and "torch" in row["ms"]:
-        row["speedup_vs_torch"] = row["ms"]["torch"] / ours
+    for peer in PEERS[1:]:
+        if ours and peer in row["ms"]:
+            row[f"speedup_vs_{peer}"] = row["ms"][peer] / ours
     if ours and others:
         row["speedup"] = min(others) / ours
     if ours and row["ms"].get(CHANNEL_FIRST):
@@ -191,7 +232,7 @@ def time_workload(w: Workload, dev, arch: str, repeat: int) -> dict:
             row["ms"][peer] = time_ms(call, sync, repeat)
         except NotAvailable as err:
             row["na"][peer] = str(err)
-        except runtime_errors(peer) as err:
+        except runtime_errors("torch" if peer == "torch_graph" else peer) as err:
             row["na"][peer] = short_reason(err)
     return summarize(row)
 
@@ -199,24 +240,45 @@ def time_workload(w: Workload, dev, arch: str, repeat: int) -> dict:
 def run(quick: bool, repeat: int, only=None) -> dict:
     """Every workload (or those named in ``only``; "nhwc" / "channel_last": every channel-last
     one) on CUDA device 0; NoDevice where there is none."""
+    from .cuda_replay import clocks  # pylint: disable=import-outside-toplevel
+
     dev, arch = device_or_reason()
+    info = dict(gpu_info(dev, arch), clocks_start=clocks())
     rows = [time_workload(w, dev, arch, repeat) for w in select(workloads(quick), only)]
-    result = with_geomeans({"device": f"CUDA {arch}", "gpu": gpu_info(dev, arch), "rows": rows})
+    result = with_geomeans({"device": f"CUDA {arch}", "gpu": info, "rows": rows})
     cl_rows = [time_channel_last(w, dev, arch, repeat) for w in select(channel_last_workloads(quick), only)]
     if cl_rows:
         result["channel_last"] = with_geomeans({"rows": cl_rows}, CHANNEL_LAST_MEANS)
+    kb_rows = [(time_channel_last if w.road == "nhwc" else time_workload)(w, dev, arch, repeat)
+               for w in select(kernel_bound_workloads(quick), only)]
+    if kb_rows:
+        result["kernel_bound"] = with_geomeans({"rows": kb_rows}, KERNEL_BOUND_MEANS)
+    info["clocks_end"] = clocks()
     return result
 
 
 def select(ws: list, only) -> list:
     """The workloads ``only`` names (every one when it is empty); a channel-last group name
-    (``workloads.CHANNEL_LAST_GROUPS``) names every channel-last workload."""
-    group = bool(only) and bool(set(only) & set(CHANNEL_LAST_GROUPS))
-    return [w for w in ws if not only or w.name in only or (group and w.road == "nhwc")]
+    (``workloads.CHANNEL_LAST_GROUPS``) names every channel-last workload, a kernel-bound one
+    (``workloads.KERNEL_BOUND_GROUPS``) every kernel-bound one."""
+    cl_group = bool(only) and bool(set(only) & set(CHANNEL_LAST_GROUPS))
+    kb_group = bool(only) and bool(set(only) & set(KERNEL_BOUND_GROUPS))
+    return [w for w in ws if not only or w.name in only or (cl_group and w.road == "nhwc")
+            or (kb_group and w.name.startswith("kb_"))]
+
+
+def every_workload(quick: bool, only=None) -> list:
+    """The launch-bound table's workloads, the channel-last ones and the kernel-bound ones
+    (:func:`workloads.kernel_bound_workloads`) that ``only`` selects."""
+    return (select(workloads(quick), only) + select(channel_last_workloads(quick), only)
+            + select(kernel_bound_workloads(quick), only))
 
 
 MEANS = ("speedup_vs_torch", "speedup")
 CHANNEL_LAST_MEANS = MEANS + ("vs_channel_first",)  # tvm_pool's time over its channel-first twin's
+# The kernel-bound table's means: against each peer (stock TVM, PyTorch eager, PyTorch in a CUDA
+# graph), the best of them, and the share of the copy limit.
+KERNEL_BOUND_MEANS = ("speedup_vs_tvm", "speedup_vs_torch", "speedup_vs_torch_graph", "speedup", "pct_copy")
 
 
 def with_geomeans(result: dict, keys=MEANS) -> dict:
@@ -324,8 +386,18 @@ def to_markdown(result: dict) -> str:
     device = f"{result['device']} ({gpu['name']}, CUDA driver {gpu['driver']}, TVM built with CUDA {gpu['tvm_cuda']})"
     lines = [
         f"GPU benchmark on {device}: {result.get('timing', 'median ms per call (synchronised)')}; GB/s = minimum "
-        "bytes / tvm_pool's time; % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time",
-        "",
+        "bytes / tvm_pool's time; % of copy = a device-to-device copy of as many bytes, time over tvm_pool's time; "
+        "torch_graph = PyTorch's call replayed from a CUDA graph", "", _clock_line(gpu), "",
+    ]
+    if "kernel_bound" in result:
+        kb = result["kernel_bound"]
+        lines += ["Kernel-bound workloads (each moves at least 50 MB per call, so the kernel decides the time; "
+                  f"channel-last rows also give {CHANNEL_FIRST}, the same pool in NCHW/NCDHW):", "",
+                  *_table(kb["rows"], PEERS + (CHANNEL_FIRST,), ("vs stock TVM", "speedup_vs_tvm")), "",
+                  _kernel_bound_summary(kb), ""]
+    lines += [
+        "Launch-bound workloads (batch 1 and small planes: most take 5-10 us, the per-call floor of TVM's VM, "
+        "so this table measures launches more than kernels):", "",
         *_table(result["rows"], PEERS),
         "", _summary(result),
     ]
@@ -349,7 +421,8 @@ def _table(rows: list, peers: tuple, extra: tuple | None = None) -> list:
     head = ["workload", "dtype", *peers, "min MB", "tvm_pool GB/s", "% of copy", "vs torch", "vs best peer"]
     lines = ["| " + " | ".join(head + ([extra[0]] if extra else [])) + " |", "|" + "---|" * (len(head) + bool(extra))]
     for row in rows:
-        cells = [f"{row['ms'][p]:.4f}" if p in row["ms"] else f"n/a ({row['na'].get(p, '?')[:40]})" for p in peers]
+        cells = [f"{row['ms'][p]:.4f}" if p in row["ms"] else f"n/a ({row['na'][p][:40]})" if p in row["na"] else "-"
+                 for p in peers]
         ours = row["ms"].get("tvm_pool")
         gbps = f"{row['min_bytes'] / (ours * 1e-3) / 1e9:.1f}" if ours else "n/a"
         lines.append(f"| {row['workload']} | {row['dtype']} | " + " | ".join(cells)
@@ -357,6 +430,34 @@ def _table(rows: list, peers: tuple, extra: tuple | None = None) -> list:
                      + f" | {fmt(row.get('speedup_vs_torch'), 'x')} | {fmt(row.get('speedup'), 'x')} |"
                      + (f" {fmt(row.get(extra[1]), 'x')} |" if extra else ""))
     return lines
+
+
+def _clock_line(gpu: dict) -> str:
+    """The GPU's clocks as nvidia-smi read them before and after the timed workloads."""
+    parts = []
+    for key, when in (("clocks_start", "before timing"), ("clocks_end", "after")):
+        c = gpu.get(key)
+        if not c:
+            continue
+        if "error" in c:
+            parts.append(f"{when}: {c['error']}")
+            continue
+        parts.append(f"{when}: SM {c.get('clocks.sm')} MHz (max {c.get('clocks.max.sm')}), memory "
+                     f"{c.get('clocks.mem')} MHz (max {c.get('clocks.max.mem')}), {c.get('power.draw')} W of "
+                     f"{c.get('power.limit')}, {c.get('temperature.gpu')} C")
+    return "Clocks " + "; ".join(parts) if parts else "Clocks: not read"
+
+
+def _kernel_bound_summary(kb: dict) -> str:
+    rows = kb["rows"]
+    below = [r["workload"] for r in rows if r.get("pct_copy") is not None and r["pct_copy"] < 80]
+    slower = [r["workload"] for r in rows if r.get("speedup_vs_tvm") is not None and r["speedup_vs_tvm"] < 1.0]
+    return (f"geomean of tvm_pool against stock TVM: **{fmt(kb.get('geomean_speedup_vs_tvm'), 'x')}**, PyTorch: "
+            f"**{fmt(kb.get('geomean_speedup_vs_torch'), 'x')}**, PyTorch in a CUDA graph: "
+            f"**{fmt(kb.get('geomean_speedup_vs_torch_graph'), 'x')}**, the best peer: "
+            f"**{fmt(kb.get('geomean_speedup'), 'x')}**; % of copy: **{fmt(kb.get('geomean_pct_copy'), '%', 0)}** "
+            f"on the geometric mean. Below 80% of copy: {', '.join(below) or 'none'}. "
+            f"Slower than stock TVM: {', '.join(slower) or 'none'}.")
 
 
 def _summary(result: dict) -> str:
@@ -387,6 +488,18 @@ def write_report(result: dict, output_dir: str) -> int:
     for name, text in (("bench_cuda.json", json.dumps(result, indent=1)), ("bench_cuda.md", md)):
         with open(os.path.join(output_dir, name), "w", encoding="utf-8") as fh:
             fh.write(text)
+    if "kernel_bound" in result:
+        try:
+            from .report import plot_kernel_bound  # pylint: disable=import-outside-toplevel
+
+            kb = result["kernel_bound"]
+            title = (f"{result['gpu']['name']}: kernel-bound pooling, % of a device-to-device copy of the same bytes\n"
+                     f"tvm_pool, geometric means: {fmt(kb.get('geomean_speedup_vs_tvm'), 'x')} stock TVM, "
+                     f"{fmt(kb.get('geomean_speedup_vs_torch_graph'), 'x')} PyTorch in a CUDA graph, "
+                     f"{fmt(kb.get('geomean_pct_copy'), '%', 0)} of copy")
+            plot_kernel_bound(result["kernel_bound"], title, os.path.join(output_dir, "bench_cuda.png"))
+        except ImportError as err:  # matplotlib missing: the table is the report
+            print(f"no chart ({err})", file=sys.stderr)
     print(md)
     return 0
 
@@ -394,12 +507,17 @@ def write_report(result: dict, output_dir: str) -> int:
 def replayed(run: dict) -> dict:
     """The report's result from a bundle's run on a GPU (``bench/cuda_replay.py``): the same
     rows, summarised here, and the GPU checks' tally."""
-    result = with_geomeans({"device": run["device"], "gpu": run["gpu"], "rows": [summarize(r) for r in run["rows"]]})
+    every = [summarize(r) for r in run["rows"] + run.get("channel_last_rows", [])]
+    kernel_bound = [r for r in every if r.get("table") == "kernel_bound"]
+    channel_last = [r for r in run.get("channel_last_rows", []) if r.get("table") != "kernel_bound"]
+    result = with_geomeans({"device": run["device"], "gpu": run["gpu"],
+                            "rows": [r for r in run["rows"] if r.get("table") != "kernel_bound"]})
     result["timing"] = ("median ms per call over rounds of back-to-back calls, one synchronisation a round "
                         "(bench/cuda_replay.py; modules built here, run with TVM's runtime only)")
-    if run.get("channel_last_rows"):
-        result["channel_last"] = with_geomeans({"rows": [summarize(r) for r in run["channel_last_rows"]]},
-                                               CHANNEL_LAST_MEANS)
+    if channel_last:
+        result["channel_last"] = with_geomeans({"rows": channel_last}, CHANNEL_LAST_MEANS)
+    if kernel_bound:
+        result["kernel_bound"] = with_geomeans({"rows": kernel_bound}, KERNEL_BOUND_MEANS)
     checks = run.get("checks", [])
     result["checks"] = {"passed": sum(c["ok"] for c in checks), "total": len(checks),
                         "failed": {c["name"]: c["problems"] for c in checks if not c["ok"]}}

@@ -27,9 +27,10 @@ import numpy as np
 from .peers import NotAvailable, runtime_errors, torch_spec
 from .summary import short_reason
 from .workloads import (
-    Workload, build_model, channel_first_twin, channel_last_workloads, fused_bias, make_input, out_bytes, reference,
-    relax_module, workloads,
+    Workload, build_model, channel_first_twin, fused_bias, make_input, out_bytes, reference, relax_module,
 )
+
+KERNEL_BOUND_PREFIX = "kb_"  # workloads.kernel_bound_workloads' names
 
 MANIFEST = "manifest.json"
 SAMPLE = 1 << 16  # expected values kept per output (every n-th element); the sum covers the rest
@@ -150,7 +151,7 @@ def _cpu_expected(w: Workload, model, x) -> list:
 
     if w.road == "nhwc":
         return [reference(w, x)]
-    out = _vm_runner(tvm_pool.compile(tvm_pool.from_onnx(model), target="llvm"), tvm.cpu(), x)()
+    out = _vm_runner(tvm_pool.compile(_tvm_pool_import(w, model), target="llvm"), tvm.cpu(), x)()
     return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
 
 
@@ -164,37 +165,39 @@ def target_for(arch: str):
     return host_target() if arch == "cpu" else gpu_target(arch)
 
 
-def _builders(w: Workload, arch: str) -> dict:
-    """Peer -> a function returning its compiled executable for the GPU."""
-    import tvm  # pylint: disable=import-outside-toplevel
-    from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
-
+def _tvm_pool_import(w: Workload, model):
+    """tvm_pool's Relax module of a workload: its torch.export program or its ONNX model."""
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
-    from . import cuda  # pylint: disable=import-outside-toplevel
+    if w.road == "torch":
+        return tvm_pool.from_exported_program(model)
+    return relax_module(w) if w.road == "nhwc" else tvm_pool.from_onnx(model)
 
-    target = target_for(arch)
-    if w.road == "nhwc":
-        stock = cuda._stock_tflite(w) if w.tflite_padding is not None else None  # pylint: disable=protected-access
-        return {"tvm_pool": lambda: tvm_pool.compile(relax_module(w), target=target),
-                "tvm": lambda: tvm.compile(stock if stock is not None else relax_module(w), target=target),
-                cuda.CHANNEL_FIRST: lambda: tvm_pool.compile(relax_module(channel_first_twin(w)), target=target)}
-    model = build_model(w)
-    return {"tvm_pool": lambda: tvm_pool.compile(tvm_pool.from_onnx(model), target=target),
-            "tvm": lambda: tvm.compile(from_onnx(model), target=target)}
+
+# Peers whose module takes the GPU machine's process down (a segfault: nothing to catch), with
+# what was seen; their modules are not exported and the report says why.
+DEVICE_CRASHES = {
+    ("kb_adaptive_avg", "tvm"): "stock TVM's module segfaulted the replay on an H200 (2026-11-27), at its first call",
+}
 
 
 def add_workload(bundle: Bundle, w: Workload) -> dict:
     """Exports every peer's module of ``w`` (a peer that fails to build gets its reason) and
     the manifest entry that the run checks and times them by."""
+    from . import cuda  # pylint: disable=import-outside-toplevel
+
     x = make_input(w)
     model = None if w.road == "nhwc" else build_model(w)
     expected = _cpu_expected(w, model, x)
     entry = {"workload": w.name, "dtype": w.dtype, "layout": w.layout, "op": w.op, "channel_last": w.road == "nhwc",
+             "table": "kernel_bound" if w.name.startswith(KERNEL_BOUND_PREFIX) else "launch_bound",
              "input": input_recipe(w, x), "modules": {}, "na": {},
              "min_bytes": int(x.nbytes + (sum(e.nbytes for e in expected) if model is None else out_bytes(model)))}
-    entry["exact"] = w.op.endswith("MaxPool") or w.dtype in ("int8", "uint8")
-    for peer, build in _builders(w, bundle.arch).items():
+    entry["exact"] = w.op.endswith("MaxPool") or "max_pool" in w.op or w.dtype in ("int8", "uint8")
+    for peer, build in cuda.builders(w, bundle.arch).items():
+        if (w.name, peer) in DEVICE_CRASHES and bundle.arch != "cpu":
+            entry["na"][peer] = DEVICE_CRASHES[w.name, peer]
+            continue
         try:
             entry["modules"][peer] = bundle.export(build(), f"bench/{w.name}.{peer}.so")
         except runtime_errors("tvm" if peer == "tvm" else "tvm_pool") as err:
@@ -224,7 +227,7 @@ def add_knobs(bundle: Bundle, entry: dict, w: Workload, points=None) -> None:
     from tvm_pool.schedules import cuda as cuda_rule  # pylint: disable=import-outside-toplevel
 
     target = target_for(bundle.arch)
-    mod = relax_module(w) if w.road == "nhwc" else tvm_pool.from_onnx(build_model(w))
+    mod = _tvm_pool_import(w, None if w.road == "nhwc" else build_model(w))
     original = cuda_rule.Pool.config
     entry["knobs"] = {}
     for i, (label, overrides) in enumerate(cuda_rule.KNOBS[1:], start=1):
@@ -242,10 +245,10 @@ def add_knobs(bundle: Bundle, entry: dict, w: Workload, points=None) -> None:
 def export(root: str, arch: str, quick: bool, only=None) -> str:
     """The GPU benchmark's bundle for ``arch`` in ``root``: every workload ``only`` selects (as
     ``bench/cuda.py``'s ``select``). Returns the manifest's path."""
-    from .cuda import select  # pylint: disable=import-outside-toplevel
+    from .cuda import every_workload  # pylint: disable=import-outside-toplevel
 
     bundle = Bundle(root, arch)
-    for w in select(workloads(quick), only) + select(channel_last_workloads(quick), only):
+    for w in every_workload(quick, only):
         entry = add_workload(bundle, w)
         print(f"{w.name}: {sorted(entry['modules'])}" + (f", n/a {entry['na']}" if entry["na"] else ""), flush=True)
     return bundle.save()

@@ -37,18 +37,19 @@ import numpy as np
 RUN_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError, OSError)
 
 
+def _dtype(name: str):
+    """NumPy's dtype of ``name`` (bfloat16 through ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
 def load_arrays(path: str, specs: list) -> list:
     """The arrays ``cuda_bundle.save_arrays`` wrote (bfloat16 through ml_dtypes)."""
     data = np.load(path)
-    out = []
-    for i, spec in enumerate(specs):
-        dtype = spec["dtype"]
-        if dtype == "bfloat16":
-            import ml_dtypes  # pylint: disable=import-outside-toplevel
-
-            dtype = ml_dtypes.bfloat16
-        out.append(data[f"a{i}"].view(dtype).reshape(spec["shape"]))
-    return out
+    return [data[f"a{i}"].view(_dtype(spec["dtype"])).reshape(spec["shape"]) for i, spec in enumerate(specs)]
 
 
 def make_input(recipe: dict) -> np.ndarray:
@@ -58,7 +59,7 @@ def make_input(recipe: dict) -> np.ndarray:
         info = np.iinfo(recipe["dtype"])
         x = rng.integers(info.min, info.max, size=recipe["shape"], dtype=recipe["dtype"])
     else:
-        x = rng.standard_normal(recipe["shape"]).astype(recipe["dtype"])
+        x = rng.standard_normal(recipe["shape"]).astype(_dtype(recipe["dtype"]))
     total = float(x.astype(np.float64).sum())
     if not np.isclose(total, recipe["sum"], rtol=1e-9, atol=1e-6):
         raise SystemExit(f"input of shape {recipe['shape']} regenerated differently (sum {total} != {recipe['sum']})")
@@ -153,11 +154,37 @@ def tvm_runner(tvm, dev, path: str, x: np.ndarray):
     return lambda: fn(arg), lambda: flat_outputs(fn(arg))
 
 
-def torch_runner(spec: dict, x: np.ndarray, channel_last: bool, device: str):
+def graph_replay(call):
+    """``call`` (PyTorch work on the current CUDA device) captured once in a CUDA graph: (the
+    graph's replay, the tensors its replays write). Warmed up on a side stream first, as
+    capture requires; a replay launches every kernel of ``call`` with no Python in between."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = call()
+
+    def replay(_keep=(graph, call)):  # the captured inputs live as long as the replay
+        graph.replay()
+
+    return replay, static
+
+
+def torch_runner(spec: dict, x: np.ndarray, channel_last: bool, device: str, graph: bool = False):
+    """(one call, the call's outputs as NumPy arrays) of PyTorch's pool on ``x``; ``graph``: the
+    call replayed from a CUDA graph (:func:`graph_replay`)."""
     import torch  # pylint: disable=import-outside-toplevel
     import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
-    t = torch.from_numpy(x).to(device)
+    t = torch.from_numpy(x if x.dtype.name != "bfloat16" else x.view(np.int16)).to(device)
+    if x.dtype.name == "bfloat16":
+        t = t.view(torch.bfloat16)
     rank = x.ndim - 2
     if channel_last:  # an NCHW view of the NHWC memory: torch's channels_last
         t = t.permute(0, rank + 1, *range(1, rank + 1))
@@ -168,14 +195,24 @@ def torch_runner(spec: dict, x: np.ndarray, channel_last: bool, device: str):
     else:
         call = lambda: fn(t, *args, **kw)  # noqa: E731
 
-    def outputs():
-        out = call()
+    def numpy(out):
         out = list(out) if isinstance(out, tuple) else [out]
         if channel_last:
             out = [o.permute(0, *range(2, rank + 2), 1) for o in out]
-        return [o.contiguous().cpu().numpy() for o in out]
+        return [_to_numpy(o.contiguous().cpu()) for o in out]
 
-    return call, outputs
+    if graph:
+        replay, static = graph_replay(call)
+        return replay, lambda: (replay(), numpy(static))[1]
+    return call, lambda: numpy(call())
+
+
+def _to_numpy(t) -> np.ndarray:
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_dtype("bfloat16"))
+    return t.numpy()
 
 
 def warm_up(tvm, dev, seconds: float = 1.0) -> None:
@@ -195,7 +232,9 @@ def bench_row(entry: dict, root: str, tvm, dev, repeat: int, number: int) -> dic
 
     x = make_input(entry["input"])
     row = {"workload": entry["workload"], "dtype": entry["dtype"], "ms": {}, "ms_sync": {}, "na": dict(entry["na"]),
-           "min_bytes": entry["min_bytes"]}
+           "min_bytes": entry["min_bytes"], "table": entry.get("table", "launch_bound")}
+    if "knobs" in entry:
+        row["knobs"] = entry["knobs"]
     if entry["channel_last"]:
         row["layout"] = entry["layout"]
     n = max(entry["min_bytes"] // 2, 1)
@@ -203,6 +242,7 @@ def bench_row(entry: dict, root: str, tvm, dev, repeat: int, number: int) -> dic
     row["copy_ms"], row["copy_ms_sync"] = time_calls(lambda: src.copyto(dst), dev.sync, repeat, number)
     runners = {}
     for peer, rel in entry["modules"].items():
+        print(f"  {entry['workload']}: loading {peer}", file=sys.stderr, flush=True)
         xin = np.ascontiguousarray(np.moveaxis(x, -1, 1)) if peer.endswith("channel_first") else x
         call, outs = tvm_runner(tvm, dev, os.path.join(root, rel), xin)
         if peer.endswith("channel_first"):
@@ -210,10 +250,18 @@ def bench_row(entry: dict, root: str, tvm, dev, repeat: int, number: int) -> dic
         runners[peer] = (call, outs, dev.sync)
     if "torch" in entry:
         torch_device = "cuda" if int(dev.dlpack_device_type()) == 2 else "cpu"
+        sync = torch.cuda.synchronize if torch_device == "cuda" else (lambda: None)
         call, outs = torch_runner(entry["torch"], x, entry["channel_last"], torch_device)
-        runners["torch"] = (call, outs, torch.cuda.synchronize if torch_device == "cuda" else (lambda: None))
+        runners["torch"] = (call, outs, sync)
+        if torch_device == "cuda":
+            try:
+                call, outs = torch_runner(entry["torch"], x, entry["channel_last"], torch_device, graph=True)
+                runners["torch_graph"] = (call, outs, sync)
+            except RUN_ERRORS as err:  # a call that cannot be captured
+                row["na"]["torch_graph"] = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:160]}"
     want = load_arrays(os.path.join(root, entry["expected"]), entry["expected_arrays"])
     for peer, (call, outs, sync) in runners.items():
+        print(f"  {entry['workload']}: running {peer}", file=sys.stderr, flush=True)
         try:
             problem = check_sample(outs(), want, entry, 99 if peer == "tvm_pool" else 1)
             if problem:
@@ -256,10 +304,40 @@ def use_bundled_kernels(folder: str) -> None:
             KERNEL_STATS["bundled"] += 1
             with open(path, "rb") as fh:
                 return bytearray(fh.read())
-        from tvm.support import nvcc  # pylint: disable=import-outside-toplevel
-
         KERNEL_STATS["compiled_here"] += 1
-        return nvcc.compile_cuda(code, target_format="fatbin", compiler="nvcc")
+        return nvcc_fatbin(code)
+
+
+def nvcc_fatbin(code: str, arch: str | None = None) -> bytearray:
+    """``code`` compiled by nvcc into a fatbin for ``arch`` (default: device 0's), with the
+    flags of TVM 0.27's ``tvm.support.nvcc.compile_cuda``. That function needs TVM's compiler
+    (it reads the current target through ``tvm.target``), which a runtime-only TVM lacks."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+
+    if arch is None:
+        import tvm  # pylint: disable=import-outside-toplevel
+
+        arch = "sm_" + "".join(str(tvm.cuda(0).compute_version).split(".")[:2])
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "tvm_kernels.cu"), os.path.join(tmp, "tvm_kernels.fatbin")
+        with open(src, "w", encoding="utf-8") as fh:
+            fh.write(code)
+        cmd = ["nvcc", "--fatbin", "-O3", "-gencode", f"arch=compute_{arch[3:]},code={arch}", *NVCC_FLAGS, "-o", out, src]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"nvcc failed ({res.returncode}): {res.stderr.strip()[-400:]}")
+        with open(out, "rb") as fh:
+            return bytearray(fh.read())
+
+
+# TVM 0.27's nvcc flags (tvm/support/nvcc.py, compile_cuda) after the architecture.
+NVCC_FLAGS = (
+    "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+    "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
+    "--ptxas-options=-v,--register-usage-level=10,--warn-on-local-memory-usage",
+)
 
 
 def gpu_info(tvm, dev) -> dict:
@@ -272,6 +350,24 @@ def gpu_info(tvm, dev) -> dict:
     return {"name": str(dev.device_name), "arch": f"sm_{major}{minor}",
             "driver": f"{value.value // 1000}.{value.value % 1000 // 10}",
             "tvm_cuda": f"{api // 1000}.{api % 1000 // 10}", "tvm_runtime_only": bool(tvm.base._RUNTIME_ONLY)}
+
+
+CLOCK_FIELDS = ("clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem", "power.draw", "power.limit",
+                "temperature.gpu", "driver_version")
+
+
+def clocks() -> dict:
+    """The GPU's clocks now (MHz), their maxima, power and temperature, as ``nvidia-smi`` reads
+    them; ``{"error": why}`` where it cannot."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    try:
+        res = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(CLOCK_FIELDS)}", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError) as err:
+        return {"error": f"nvidia-smi: {type(err).__name__}: {str(err)[:120]}"}
+    values = [v.strip() for v in res.stdout.strip().splitlines()[0].split(",")]
+    return dict(zip(CLOCK_FIELDS, values))
 
 
 def main(argv=None) -> int:
@@ -312,6 +408,8 @@ def main(argv=None) -> int:
         json.dump(result, fh, indent=1)
     if not args.skip_bench:
         warm_up(tvm, dev)
+        if args.device == "cuda":
+            result["gpu"]["clocks_start"] = clocks()
         for entry in manifest["bench"]:
             try:
                 row = bench_row(entry, args.bundle, tvm, dev, args.repeat, args.number)
@@ -319,6 +417,10 @@ def main(argv=None) -> int:
                 traceback.print_exc()
                 continue
             result["channel_last_rows" if entry["channel_last"] else "rows"].append(row)
+            with open(out_path, "w", encoding="utf-8") as fh:
+                json.dump(result, fh, indent=1)
+        if args.device == "cuda":
+            result["gpu"]["clocks_end"] = clocks()
             with open(out_path, "w", encoding="utf-8") as fh:
                 json.dump(result, fh, indent=1)
     failed = [c["name"] for c in result["checks"] if not c["ok"]]

@@ -214,9 +214,17 @@ def torch_spec(w: Workload) -> dict:
     if w.torch_op is not None:
         return {"fn": w.torch_op["fn"], "args": list(w.torch_op.get("args", [])),
                 "kwargs": dict(w.torch_op.get("kwargs", {})), "fused": w.fused}
+    if w.road == "torch":  # the workload is a torch.nn.functional call already
+        kw = dict(w.attrs, **({"return_indices": True} if w.indices else {}))
+        return {"fn": w.op, "args": [], "kwargs": kw, "fused": w.fused}
     rank = len(w.shape) - 2
     a = w.attrs
     k = a.get("kernel_shape")
+    if w.op == "LpPool":
+        if any(a.get("pads", [])) or rank != 2:
+            raise NotAvailable("torch's lp_pool has no padding" if rank == 2 else f"no torch lp_pool{rank}d")
+        kw = dict(kernel_size=k, stride=a.get("strides", k), ceil_mode=bool(a.get("ceil_mode", 0)))
+        return {"fn": "lp_pool2d", "args": [float(a.get("p", 2))], "kwargs": kw, "fused": w.fused}
     if w.op.startswith("Global"):
         fn = {"GlobalAveragePool": "adaptive_avg_pool2d", "GlobalMaxPool": "adaptive_max_pool2d"}.get(w.op)
         if fn is None or rank != 2:

@@ -227,3 +227,35 @@ def _write_set(output_dir: str, stem: str, data, md: str, chart) -> str:
     except ImportError:
         print("matplotlib not installed: no chart", file=sys.stderr)
     return md
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: the kernel-bound table
+# --------------------------------------------------------------------------------------------
+
+KERNEL_BOUND_SERIES = (("tvm_pool", "tvm_pool"), ("tvm", "stock TVM"), ("torch_graph", "PyTorch (CUDA graph)"),
+                       ("torch", "PyTorch eager"))
+
+
+def plot_kernel_bound(kernel_bound: dict, title: str, path: str) -> None:
+    """The GPU benchmark's kernel-bound rows: each peer's share of the copy limit (copy time over
+    its time; 100% = as fast as a device-to-device copy of the same bytes, the dashed line; the
+    80% target dotted), one bar group per workload. Needs matplotlib (ImportError without)."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    rows = kernel_bound["rows"]
+    fig, ax = plt.subplots(figsize=(14, 5))
+    series = {label: [100.0 * r["copy_ms"] / r["ms"][p] if p in r["ms"] else np.nan for r in rows]
+              for p, label in KERNEL_BOUND_SERIES}
+    _bars(ax, rows, series)
+    ax.set_yscale("linear")
+    ax.axhline(100.0, color="k", lw=0.8, ls="--")
+    ax.axhline(80.0, color="k", lw=0.8, ls=":")
+    ax.set_ylabel("% of the copy limit (higher is better)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -131,6 +131,66 @@ def torch_workloads(quick: bool) -> list[Workload]:
     return w[:2] if quick else w
 
 
+# Names ``--only`` takes for every kernel-bound GPU workload (kernel_bound_workloads).
+KERNEL_BOUND_GROUPS = ("kernel_bound", "large")
+K3S2P1 = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+def kernel_bound_workloads(quick: bool = False) -> list[Workload]:
+    """The GPU benchmark at the sizes models run (issue 39): each kind of the small table at a
+    batch (32-128) or clip that moves at least 50 MB per call, so the kernel and not the
+    launch decides the time. Max 2-D and 3-D; float32, float16, bfloat16 and int8; global max
+    and average; ceil mode on odd planes; NHWC and NDHWC; Indices; a fused Relu, max, Add;
+    Lp and adaptive (the torch road). Names start with ``kb_``."""
+    def kb(name, source, op, shape, attrs=None, **kw):
+        return Workload(f"kb_{name}", source, op, shape, dict(attrs or {}), large=True, **kw)
+
+    def nhwc(name, source, op, shape, attrs=None, **kw):
+        layout = {4: "NHWC", 5: "NDHWC"}[len(shape)]
+        return kb(name, source, op, shape, attrs, road="nhwc", layout=layout, **kw)
+
+    w = [
+        kb("max3x3s2", "ResNet stem 3x3 s2 p1, batch 32", "MaxPool", [32, 64, 112, 112], K3S2P1),
+        kb("max3x3s2_f16", "ResNet stem, float16, batch 64", "MaxPool", [64, 64, 112, 112], K3S2P1, dtype="float16"),
+        kb("max3x3s2_bf16", "ResNet stem, bfloat16, batch 64", "MaxPool", [64, 64, 112, 112], K3S2P1,
+           dtype="bfloat16"),
+        kb("max3x3s2_i8", "quantized stem, int8, batch 128", "MaxPool", [128, 64, 112, 112], K3S2P1, dtype="int8"),
+        kb("max2x2s2", "VGG block1 2x2 s2, batch 8", "MaxPool", [8, 64, 224, 224],
+           dict(kernel_shape=[2, 2], strides=[2, 2])),
+        kb("max2x2s2_bf16", "VGG block1, bfloat16, batch 16", "MaxPool", [16, 64, 224, 224],
+           dict(kernel_shape=[2, 2], strides=[2, 2]), dtype="bfloat16"),
+        kb("max3d_1x3x3", "C3D/I3D 1x3x3 s(1,2,2), 8 clips", "MaxPool", [8, 64, 16, 56, 56],
+           dict(kernel_shape=[1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+        kb("max3d_2x2x2", "3-D 2x2x2 s2, 8 clips", "MaxPool", [8, 64, 16, 56, 56],
+           dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+        kb("max_ceil_odd", "3x3 s2 ceil mode on 111x111 planes, batch 32", "MaxPool", [32, 64, 111, 111],
+           dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+        kb("gmp", "global max 7x7, batch 128", "GlobalMaxPool", [128, 2048, 7, 7]),
+        kb("gap", "ResNet-50 head 7x7, batch 128", "GlobalAveragePool", [128, 2048, 7, 7]),
+        kb("gap_56", "global average of 56x56 planes (squeeze-excitation), batch 32", "GlobalAveragePool",
+           [32, 256, 56, 56]),
+        kb("indices", "MaxPool with Indices 3x3 s2 p1, batch 32", "MaxPool", [32, 64, 112, 112], K3S2P1, indices=True),
+        kb("fused", "Relu -> 3x3 s2 max -> Add, batch 32", "MaxPool", [32, 64, 112, 112], K3S2P1, fused=True),
+        kb("avg3x3s1", "3x3 s1 p1 avg excluding pads, batch 64", "AveragePool", [64, 64, 56, 56],
+           dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+        kb("avg2x2s2", "DenseNet transition 2x2 s2 avg, batch 64", "AveragePool", [64, 128, 56, 56],
+           dict(kernel_shape=[2, 2], strides=[2, 2])),
+        kb("lp3x3s2", "LpPool p=2 3x3 s2, batch 32", "LpPool", [32, 64, 112, 112],
+           dict(kernel_shape=[3, 3], strides=[2, 2], p=2)),
+        kb("adaptive_max", "adaptive_max_pool2d 14x14 -> 6x6, batch 128", "adaptive_max_pool2d", [128, 512, 14, 14],
+           dict(output_size=(6, 6)), road="torch"),
+        kb("adaptive_avg", "adaptive_avg_pool2d 14x14 -> 6x6, batch 128", "adaptive_avg_pool2d", [128, 512, 14, 14],
+           dict(output_size=(6, 6)), road="torch"),
+        nhwc("nhwc_max3x3s2", "ResNet stem NHWC, batch 32", "MaxPool", [32, 112, 112, 64], K3S2P1),
+        nhwc("ndhwc_max1x3x3", "C3D/I3D 1x3x3 NDHWC, 8 clips", "MaxPool", [8, 16, 56, 56, 64],
+             dict(kernel_shape=[1, 3, 3], strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])),
+        nhwc("nhwc_avg3x3s1", "3x3 s1 p1 avg excluding pads NHWC, batch 64", "AveragePool", [64, 56, 56, 64],
+             dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=0)),
+        nhwc("nhwc_gap", "ResNet-50 head NHWC, batch 128", "GlobalAveragePool", [128, 7, 7, 2048]),
+    ]
+    return [x for x in w if x.name in ("kb_max3x3s2", "kb_gap")] if quick else w
+
+
 # Names ``--only`` takes for every channel-last workload.
 CHANNEL_LAST_GROUPS = ("nhwc", "channel_last")
 QUICK_CHANNEL_LAST = ("nhwc_resnet_maxpool", "nhwc_tflite_avgpool_int8")
@@ -308,8 +368,8 @@ def _torch_program(w: Workload):
 def _onnx_dtype(dtype):
     from onnx import TensorProto  # pylint: disable=import-outside-toplevel
 
-    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int8": TensorProto.INT8,
-            "uint8": TensorProto.UINT8, "float64": TensorProto.DOUBLE}[dtype]
+    return {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
+            "int8": TensorProto.INT8, "uint8": TensorProto.UINT8, "float64": TensorProto.DOUBLE}[dtype]
 
 
 def build_model(w: Workload):
@@ -354,7 +414,16 @@ def make_input(w: Workload) -> np.ndarray:
     if w.dtype in ("int8", "uint8"):
         info = np.iinfo(w.dtype)
         return rng.integers(info.min, info.max, size=w.shape, dtype=w.dtype)
-    return rng.standard_normal(w.shape).astype(w.dtype)
+    return rng.standard_normal(w.shape).astype(numpy_dtype(w.dtype))
+
+
+def numpy_dtype(dtype: str):
+    """NumPy's dtype of ``dtype`` (bfloat16 through ml_dtypes)."""
+    if dtype == "bfloat16":
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
 
 
 def out_bytes(model) -> int:

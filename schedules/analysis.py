@@ -198,6 +198,23 @@ class PassChain:
         return len(set(self.axes)) < len(self.axes)
 
 
+def passes_overlap(sch: s_tir.Schedule, chain: PassChain) -> bool:
+    """Do some pass's windows overlap: along its axis, more elements read (outputs times the
+    window a read region spans) than its input holds? Static shapes only (else False)."""
+    for rv in chain.passes:
+        block = sch.get(rv)
+        out = region_buffer(block.writes[0]).shape
+        for region in block.reads:
+            for dim, (r, size) in enumerate(zip(region.region, region_buffer(region).shape)):
+                extents = (r.extent, size, out[dim] if dim < len(out) else None)
+                if not all(isinstance(e, tirx.IntImm) for e in extents):
+                    continue
+                extent, size, count = (int(e) for e in extents)
+                if extent > 1 and count * extent > size:
+                    return True
+    return False
+
+
 def pass_chains(sch: s_tir.Schedule) -> list[PassChain]:
     """The separable window reductions of ``sch``'s function, in program order.
 

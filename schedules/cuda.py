@@ -12,7 +12,10 @@ Per pooling unit (see :mod:`.analysis`):
   threads on consecutive outputs of the innermost axis (coalesced stores, stride-s loads).
   The tile is ``planes x rows x cols`` of the last pass's output: whole rows up to 64 outputs
   (32-wide column tiles beyond), as many rows as fill 256 threads, and for small planes several
-  whole planes (7x7 ResNet tails, 1x1 global outputs). Every earlier pass is computed per block
+  whole planes (7x7 ResNet tails, 1x1 global outputs). Where the windows overlap (3x3 s2, 1x3x3,
+  ceil mode, channel-first), each thread computes the earlier passes' values its output needs
+  into **registers**, reading the taps through L1 (``CudaConfig.registers``). Otherwise every
+  earlier pass is computed per block
   into **shared memory** over the tile plus its halo, cooperatively by the block's threads
   (each input row of the halo read once per block from DRAM), then the last pass reads its taps
   from shared memory. The padding is inlined into the first pass as a bounds check. A tile
@@ -37,7 +40,8 @@ it; a symbolic batch is one block row per image) with the same staging in shared
 16-byte pieces of channels per thread (loaded once per tap, stored once per group) where C is
 whole pieces and no tap reads through a bounds check; and global reductions over blocks of
 (one 32-byte sector of channels) x (tap groups), combined by TVM's cross-thread reduction, or a
-thread per output where TVM cannot lower the reducer.
+thread per output where TVM cannot lower the reducer or where there are 65536 outputs or more
+(``CudaConfig.global_min_outputs_per_thread``).
 
 **16-byte loads** (``ld.global.nc.v4``: 4 floats, 8 halves, 16 bytes), wherever a thread's input
 is whole 16-byte pieces at addresses provably multiples of 16: non-overlapping windows that
@@ -120,7 +124,7 @@ logger = logging.getLogger(__name__)
 # attempt knobs set where the rule's fallbacks start).
 KNOBS = (
     ("hand-written", {}),
-    ("staging: earlier passes inlined (no shared memory)", {"staged": False}),
+    ("staging: earlier passes inlined (no shared memory, no registers)", {"staged": False, "registers": False}),
     ("threads: 128 per block", {"threads": 128}),
     ("threads: 512 per block", {"threads": 512}),
     ("tile: pass tiles of half the rows (tile scale 2)", {"tile_scale": 2}),
@@ -129,6 +133,7 @@ KNOBS = (
     ("chains: one output per thread at any size, 1-D and channel-last too", {"one_output_per_thread_ranks": (1, 2, 3),
                                                                           "min_outputs_two_per_thread": 1 << 62}),
     ("chains: two outputs per thread on large 2-D/3-D tiles too", {"one_output_per_thread_ranks": ()}),
+    ("chains: overlapping windows' earlier passes staged in shared memory, not in registers", {"registers": False}),
 )
 
 

@@ -244,6 +244,8 @@ def schedule_main(sch, main: analysis.MainBlock, config: CudaConfig, binder: Bin
     if is_global(main, sch, config):
         if not config.warp:
             return _schedule_outputs(sch, main, dataclasses.replace(config, threads=config.warp_size), binder)
+        if _enough_outputs(main, config):  # a thread per channel reads whole rows of channels per tap
+            return _schedule_outputs(sch, main, config, binder)
         if not warp_reducible(sch, main.rv):
             raise NoWarpReduction(sch.get(main.rv).name_hint)
         return _schedule_columns(sch, main, config, binder)
@@ -275,6 +277,13 @@ def _schedule_outputs(sch, main, config: CudaConfig, binder: Binder, per: int | 
         sch.unroll(inner)
     unroll_taps(sch, main, reduce_loops, config)
     return Unit(main.rv, tx, frozenset(attached))
+
+
+def _enough_outputs(main: analysis.MainBlock, config: CudaConfig) -> bool:
+    """Whether a global reduction has outputs enough (``config.global_min_outputs_per_thread``)
+    for a thread per output to fill the GPU without splitting the taps across threads."""
+    extents = main.spatial_extents
+    return None not in extents and analysis.product(extents) >= config.global_min_outputs_per_thread
 
 
 def _power_of_two_at_most(n: int) -> int:

@@ -59,10 +59,24 @@ class CudaConfig:  # pylint: disable=too-many-instance-attributes
     # ... and a global window reduction's channels per block: one DRAM sector (32 bytes) of
     # channels per tap row, the block's other threads splitting the taps (a cross-thread sum).
     sector_bytes: int = 32
+    # ... unless it has at least this many outputs: then a thread per output loops over the taps
+    # (consecutive threads on consecutive channels, so each tap is a coalesced row of channels).
+    # ResNet-50's head in NHWC at batch 128 (128x7x7x2048, adaptive_avg_pool2d to 1x1) on an H200:
+    # 70 us as sectors x tap groups, 14 us a thread per output; PyTorch 16 us, the copy 15 us.
+    global_min_outputs_per_thread: int = 1 << 16
 
     # --- the attempt (the rule's fallbacks move these; a tuning knob sets where they start) ---
     # Earlier separable passes staged in shared memory (else inlined into the last pass).
     staged: bool = True
+    # Channel-first chains of overlapping windows (3x3 s2, 1x3x3, ceil mode, Indices' keys,
+    # averages, Lp) keep their tiles, one output per thread, each thread computing the earlier
+    # passes' values it needs into registers (cuda_passes.in_registers). Measured on an
+    # H200 at kernel-bound sizes (us, registers / staged in shared memory / inlined / stock TVM):
+    # 3x3 s2 max over 32x64x112x112 41 / 54 / 89 / 41; float16 66 / 94 / 87 / 78; int8 90 / 132 /
+    # 90 / 127; 1x3x3 s(1,2,2) over 8x64x16x56x56 57 / 78 / 111 / 42; ceil mode on 111x111 47 /
+    # 82 / 61 / 39; 3x3 s1 average 49 / 74 / 49; Relu, max, Add 55 / 61 / 100. Inlining names a
+    # NaN-propagating max's operands twice, so each earlier pass is computed twice per level.
+    registers: bool = True
     # Divides the rows (then planes) of a separable chain's tile, for shared memory.
     tile_scale: int = 1
     # Global window reductions as a warp per plane (else a thread per plane).

@@ -122,8 +122,12 @@ def schedule_chain(sch, chain: analysis.PassChain, config: CudaConfig, binder: B
     single pass over non-overlapping windows (2x2 stride 2, 1-D k4 s4) reads each thread's
     input in 16-byte pieces where :func:`.cuda_vector.contiguous_windows` allows."""
     final = chain.passes[-1]
-    earlier = earlier_passes(sch, chain, config.staged)
     attached = attach_consumers(sch, final, sch.get_loops(final)[-1])
+    if in_registers(sch, chain, config):  # the same tiles, one output per thread, no shared memory
+        _, tx, _ = tile_block(sch, final, config, binder, 1, one_per_thread=True)
+        per_thread(sch, list(chain.passes[:-1]), tx, binder, config)
+        return Unit(final, tx, frozenset(attached))
+    earlier = earlier_passes(sch, chain, config.staged)
     per = _vector_outputs(sch, final, config) if config.vector and not earlier else None
     bx, tx, threads = tile_block(sch, final, config, binder, per or 1, _one_output_per_thread(sch, chain, config))
     stage(sch, earlier, bx, threads, binder)
@@ -147,9 +151,47 @@ def earlier_passes(sch, chain, staged: bool) -> list:
     earlier = list(chain.passes[:-1])
     if staged:
         return earlier
+    if chain.repeats_an_axis and len(earlier) > 1:
+        # each level of a doubling or flat-plane chain names its operands twice (the NaN test),
+        # so inlining n levels repeats the first one 2^n times (a 1-D k32 s1 max: minutes to build)
+        raise ValueError("inlining a chain that reduces one axis in several levels multiplies its expression")
     for rv in reversed(earlier):
         sch.compute_inline(rv)
     return []
+
+
+def in_registers(sch, chain: analysis.PassChain, config: CudaConfig) -> bool:
+    """Whether a chain's earlier passes are computed per thread into registers
+    (``config.registers``): channel-first chains of overlapping windows, one pass per axis. A
+    global chain (whole planes) and non-overlapping windows (2x2x2 s2) keep their staging or
+    inlining: no tap is read twice there. A channel-first chain of several levels on one axis
+    (doubling, flat plane) that is not staged takes registers too, since inlining its levels
+    would repeat the first one 2^levels times."""
+    final = chain.passes[-1]
+    if len(chain.passes) < 2 or any(analysis.loop_extent(sch, loop) is None for loop in sch.get_loops(final)):
+        return False  # a symbolic batch keeps its tiles (registers sized per output need static loops)
+    if chain.repeats_an_axis:  # unstaged, never inlined (see earlier_passes)
+        return not config.staged and not analysis.is_channel_last(sch.get(final))
+    if not config.registers or analysis.is_channel_last(sch.get(final)):
+        return False
+    return analysis.passes_overlap(sch, chain)
+
+
+def per_thread(sch, earlier: list, tx, binder: Binder, config: CudaConfig) -> None:
+    """Earlier passes computed by each thread for its own outputs, into registers: each thread
+    reads its window's taps from global memory (through L1, as one thread per output over every
+    tap would) and keeps the intermediate values it needs, so that a NaN-propagating max, which
+    names each operand twice, reads every tap once instead of once per reference (inlining
+    the passes substitutes the whole earlier pass at each reference)."""
+    for rv in reversed(earlier):  # the pass nearest the last one first
+        sch.compute_at(rv, tx, preserve_unit_loops=True)
+        localize(sch, rv, binder)
+        tx_sref = sch.get_sref(tx)
+        loops = list(sch.get_loops(rv))
+        depth = next(i for i, l in enumerate(loops) if sch.get_sref(l).same_as(tx_sref)) + 1
+        for loop in loops[depth:]:
+            if (analysis.loop_extent(sch, loop) or config.max_unrolled_taps + 1) <= config.max_unrolled_taps:
+                sch.unroll(loop)
 
 
 def stage(sch, earlier: list, bx, threads: int, binder: Binder) -> None:

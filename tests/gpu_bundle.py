@@ -130,7 +130,7 @@ def build(root: str, arch: str, bench: bool, knobs: bool = False, checks: bool =
         mod, xs, want = fusion_graph_case(range(first, first + 12))
         add(f"fusion_graphs_{first}", mod, xs, want, False, 1e-4)
     if bench:
-        for w in bench_cuda.select(bench_cuda.workloads(False) + bench_cuda.channel_last_workloads(False), only):
+        for w in bench_cuda.every_workload(False, only):
             entry = cuda_bundle.add_workload(bundle, w)
             if knobs:
                 cuda_bundle.add_knobs(bundle, entry, w, None if knobs is True else knobs)

@@ -785,8 +785,8 @@ def test_bench_channel_last_table():
     gpu = {"name": "NVIDIA H100", "arch": "sm_90", "driver": "12.8", "tvm_cuda": "12.4"}
     md = bench_cuda.to_markdown({**bench_cuda.with_geomeans({"device": "CUDA sm_90", "gpu": gpu, "rows": []}),
                                  "channel_last": cl})
-    assert "| workload | dtype | tvm_pool | tvm | torch | channel_first | min MB |" in md
-    assert "| nhwc_resnet_maxpool | float32 | 0.0100 | 0.0400 | 0.0200 | 0.0080 | 4.00 | 400.0 | 80% | 2.00x | 2.00x | 1.25x |" in md
+    assert "| workload | dtype | tvm_pool | tvm | torch | torch_graph | channel_first | min MB |" in md
+    assert "| nhwc_resnet_maxpool | float32 | 0.0100 | 0.0400 | 0.0200 | - | 0.0080 | 4.00 | 400.0 | 80% | 2.00x | 2.00x | 1.25x |" in md
     assert "tvm_pool channel-last over channel-first: **1.00x** (2 workloads)" in md
 
 
@@ -833,3 +833,28 @@ def test_bounds_checks_are_seen():
 
     assert has_bounds_check(pool_block([1, 1, 1, 1]))
     assert not has_bounds_check(pool_block([0, 0, 0, 0]))
+
+
+
+def test_global_with_many_outputs_takes_a_thread_per_output():
+    """A channel-last global window reduction (the Relax road's adaptive_avg_pool2d to 1x1) with
+    at least CudaConfig.global_min_outputs_per_thread outputs takes a thread per output over the
+    taps (no cross-thread reduction, no threadIdx.y); one with fewer splits its taps across
+    threads; both simulate to rounding. Here the threshold is lowered to 256 outputs (by
+    default 65536)."""
+    lowered = {"global_min_outputs_per_thread": 256}
+    config = dataclasses.replace(cuda.CudaConfig.for_target(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})),
+                                 **lowered)
+
+    def scheduled(shape):
+        x = te.placeholder(shape, "float32", name="x")
+        func = te.create_prim_func([x, compute.adaptive_avg_pool(x, [1, 1], layout="NHWC")])
+        return cuda.Pool().schedule(s_tir.Schedule(func), config).mod["main"].script()
+
+    assert "threadIdx.y" not in scheduled([2, 7, 7, 256]) and "threadIdx.y" in scheduled([1, 7, 7, 64])
+    for shape in ([2, 7, 7, 256], [1, 7, 7, 64]):
+        mod = module(shape, "float32", adaptive_avg([1, 1]))
+        xs = inputs_for(mod)
+        want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
+        got = cc.run_cpu(cc.simulate(mod, overrides=lowered), *xs)
+        np.testing.assert_allclose(got[0], want[0], rtol=2e-6, atol=1e-6)

@@ -42,10 +42,10 @@ module = cc.module
 inputs_for = cc.inputs_for
 
 
-def check_simulation(mod, nan=True, exact=True):
+def check_simulation(mod, nan=True, exact=True, overrides=None):
     xs = inputs_for(mod, nan=nan)
     want = cc.run_cpu(tvm_pool.compile(mod, target="llvm", schedule=False), *xs)
-    got = cc.run_cpu(cc.simulate(mod), *xs)
+    got = cc.run_cpu(cc.simulate(mod, overrides=overrides), *xs)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -513,6 +513,11 @@ def _same(a, b) -> bool:
 
 GPU80 = tvm.target.Target(SM80)
 CONFIG = cuda.Pool().config(GPU80)
+# The shared-memory staging of overlapping windows' passes (a knob since channel-first chains of
+# overlapping windows compute their earlier passes per thread in registers; channel-last chains
+# and non-overlapping 3-D windows still stage by default).
+STAGED = {"registers": False}
+STAGED_CONFIG = dataclasses.replace(CONFIG, **STAGED)
 
 
 def test_schedule_copies_its_base_and_replays():
@@ -548,11 +553,11 @@ def test_fallback_vector_to_scalar_loads():
     raises MisalignedVector, and the rule schedules scalar loads (no vector access)."""
     func, params = _te_func([1, 8, 20, 21], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))
     with pytest.raises(cuda.MisalignedVector):
-        cuda.schedule_function(s_tir.Schedule(func), CONFIG)
-    sch = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG)
-    assert _same(sch, cuda.Pool().schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, vector=False)))
+        cuda.schedule_function(s_tir.Schedule(func), STAGED_CONFIG)
+    sch = cuda.Pool().schedule(s_tir.Schedule(func), STAGED_CONFIG)
+    assert _same(sch, cuda.Pool().schedule(s_tir.Schedule(func), dataclasses.replace(STAGED_CONFIG, vector=False)))
     assert cuda.vector_accesses(sch.mod["main"]) == []
-    _simulated_equal(func, params, CONFIG)
+    _simulated_equal(func, params, STAGED_CONFIG)
 
 
 def test_fallback_staged_to_unstaged_when_shared_memory_is_exceeded():
@@ -560,17 +565,21 @@ def test_fallback_staged_to_unstaged_when_shared_memory_is_exceeded():
     that fits at no scale has its earlier passes inlined (no shared memory)."""
     func, params = _te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))
     rule = cuda.Pool()
-    staged = rule.schedule(s_tir.Schedule(func), CONFIG)
+    staged = rule.schedule(s_tir.Schedule(func), STAGED_CONFIG)
     used = cuda.shared_bytes(staged.mod["main"])
     assert 0 < used <= CONFIG.shared_limit
-    shrunk = rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, shared_limit=used - 1))
+    shrunk = rule.schedule(s_tir.Schedule(func), dataclasses.replace(STAGED_CONFIG, shared_limit=used - 1))
     assert 0 < cuda.shared_bytes(shrunk.mod["main"]) < used
-    assert any(_same(shrunk, rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, tile_scale=s)))
+    assert any(_same(shrunk, rule.schedule(s_tir.Schedule(func), dataclasses.replace(STAGED_CONFIG, tile_scale=s)))
                for s in (2, 4, 8))
-    unstaged = rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, shared_limit=0))
+    unstaged = rule.schedule(s_tir.Schedule(func), dataclasses.replace(STAGED_CONFIG, shared_limit=0))
     assert cuda.shared_bytes(unstaged.mod["main"]) == 0
-    assert _same(unstaged, rule.schedule(s_tir.Schedule(func), dataclasses.replace(CONFIG, staged=False)))
-    _simulated_equal(func, params, dataclasses.replace(CONFIG, staged=False))
+    assert _same(unstaged, rule.schedule(s_tir.Schedule(func), dataclasses.replace(STAGED_CONFIG, staged=False)))
+    _simulated_equal(func, params, dataclasses.replace(STAGED_CONFIG, staged=False))
+    # by default the overlapping windows' first pass is per thread, in registers: no shared memory
+    default = rule.schedule(s_tir.Schedule(func), CONFIG)
+    assert cuda.shared_bytes(default.mod["main"]) == 0 and "local" in default.mod["main"].script()
+    _simulated_equal(func, params, CONFIG)
 
 
 # One of every form the schedule has (id, shape, dtype, emit, exact): staged passes with 16-byte
@@ -587,6 +596,10 @@ KNOB_CASES = [
     ("global_max_thread", [1, 5, 32, 32], "float32", glob("max"), True),
     ("trt_blend", [1, 3, 10, 11], "float32",
      trt("MAX_AVERAGE_BLEND", [3, 3], [1, 1], [1, 1], [1, 1], blend=0.25), True),
+    # chains of several levels on one axis: unstaged, they take registers (inlined, a 1-D k32
+    # doubling max repeated its first level 32 times and took minutes to build)
+    ("max_1d_doubling_k32", [1, 4, 300], "float32", maxp([32], [1], [16, 16]), True),
+    ("global_max_flat_7x7", [1, 6, 7, 7], "float32", glob("max"), True),
 ]
 KNOBS = cuda.Pool().knobs()
 
@@ -600,7 +613,8 @@ def test_knobs_are_config_overrides_that_move_the_schedule():
              _te_func([1, 8, 16, 32], lambda x: compute.avg_pool(x, [2, 2], [2, 2], None, [0] * 4))[0],
              _te_func([1, 9, 40, 40], lambda x: compute.global_pool(x, "avg"))[0],
              _te_func([1, 64, 56, 56], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1]))[0],
-             _te_func([1, 64, 8192], lambda x: compute.max_pool(x, [3], [1], None, [1, 1]))[0]]
+             _te_func([1, 64, 8192], lambda x: compute.max_pool(x, [3], [1], None, [1, 1]))[0],
+             _te_func([1, 8, 16, 64, 64], lambda x: compute.max_pool(x, [2, 2, 2], [2, 2, 2], None, [0] * 6))[0]]
     rule = cuda.Pool()
     hand = [rule.schedule(s_tir.Schedule(f), CONFIG) for f in funcs]
     for label, overrides in KNOBS[1:]:
@@ -687,10 +701,10 @@ DRAM_ALLOWANCE = {"maxpool_bf16_indices": 2.8}
 # The workloads whose pool kernel loads 16 bytes at once (the rest: 7x7 planes, odd widths with
 # ceil mode, padded windows read one tap at a time (TensorRT), adaptive windows). MaxPool with
 # Indices is a max of keys made from the data, loaded as the values-only pool loads it.
+# Overlapping windows (3x3 s2, 3x3 s1, 3x3x3, Indices, Lp) compute their first passes per
+# thread in registers, reading taps through L1 one at a time (CudaConfig.registers).
 VECTOR_WORKLOADS = {
-    "resnet_maxpool", "maxpool_indices", "vgg_maxpool", "inception_maxpool", "densenet_avgpool", "avgpool_pad", "video3d_maxpool",
-    "audio1d_maxpool", "maxpool_int8", "maxpool_fp16", "global_avg_large", "global_max_large", "lp2_fp16",
-    "fused_relu_pool_add",
+    "vgg_maxpool", "densenet_avgpool", "audio1d_maxpool", "global_avg_large", "global_max_large",
 }
 
 
@@ -856,7 +870,7 @@ def _accesses(build):
 def test_vector_loads_in_ptx():
     """Each form's kernel loads 16 bytes at once (ld.global.nc.v4 in the PTX); every vector
     access of the scheduled TIR is provably aligned; ptxas: no spills, no stack."""
-    build = cc.cuda_build(cc.batch_module([c[1:] for c in VECTOR_LOADS]), "sm_80")
+    build = cc.cuda_build(cc.batch_module([c[1:] for c in VECTOR_LOADS]), "sm_80", overrides=STAGED)
     accesses = _accesses(build)
     assert len(accesses) == len(VECTOR_LOADS)
     for name, found in accesses.items():
@@ -893,8 +907,8 @@ def test_simulation_vector_forms(case):
     and the simulated schedule has the vector loads too (the same decisions as on the GPU)."""
     name, shape, dtype, emit = case
     mod = module(shape, dtype, emit)
-    check_simulation(mod, exact="warp" not in name)
-    with cc.simulating():
+    check_simulation(mod, exact="warp" not in name, overrides=STAGED)
+    with cc.simulating(overrides=STAGED):
         funcs = {n: f for n, f in cc.scheduled_funcs(mod, cc.CPU).items() if "tvm_pool" in n}
     (accesses,) = [cuda.vector_accesses(f) for f in funcs.values()]
     assert bool(accesses) == (case in VECTOR_LOADS), accesses
@@ -1068,3 +1082,34 @@ def test_gpu_matches_unscheduled_cpu(case):
             np.testing.assert_array_equal(g, w)
         else:
             np.testing.assert_allclose(g.astype("float32"), w.astype("float32"), rtol=1e-5, atol=1e-5)
+
+
+def test_overlapping_windows_compute_their_passes_per_thread_in_registers():
+    """Channel-first chains of overlapping windows (3x3 s2, 1x3x3, ceil mode, Indices) compute the
+    earlier passes each output needs per thread into registers: no shared memory, a local
+    buffer, one output per thread. Non-overlapping 3-D windows (2x2x2 s2), whole planes and a
+    symbolic batch keep their staging; every one simulates bit for bit."""
+    def decided(func):
+        text = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG).mod["main"]
+        return cuda.shared_bytes(text) == 0 and '"local"' in text.script()
+
+    overlapping = [
+        _te_func([1, 8, 20, 20], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1, 1, 1, 1])),
+        _te_func([1, 4, 4, 12, 12], lambda x: compute.max_pool(x, [1, 3, 3], [1, 2, 2], None, [0, 1, 1, 0, 1, 1])),
+        _te_func([1, 4, 11, 11], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [0] * 4, "NOTSET", True)),
+        _te_func([1, 4, 10, 10], lambda x: compute.max_pool(x, [3, 3], [2, 2], None, [1] * 4, return_indices=True)),
+        _te_func([1, 4, 10, 10], lambda x: compute.avg_pool(x, [3, 3], [1, 1], None, [1] * 4)),
+    ]
+    kept = [
+        _te_func([1, 4, 8, 8, 8], lambda x: compute.max_pool(x, [2, 2, 2], [2, 2, 2], None, [0] * 6)),
+        _te_func([1, 4, 7, 7], lambda x: compute.global_pool(x, "max")),
+    ]
+    for func, params in overlapping:
+        assert decided(func), func
+        _simulated_equal(func, params, CONFIG, exact=True)
+    for func, params in kept:
+        assert not decided(func), func
+        _simulated_equal(func, params, CONFIG, exact=True)
+    # the knob turns it off: the tile's earlier passes go to shared memory again
+    func = overlapping[0][0]
+    assert cuda.shared_bytes(cuda.Pool().schedule(s_tir.Schedule(func), STAGED_CONFIG).mod["main"]) > 0
