@@ -152,6 +152,13 @@ def test_the_time_budget_stops_the_search_through_tvm():
         )
     assert state["stopped"] and results[0].trials == 1 and results[0].best_ms == 1.0
     assert lines and lines[0].startswith("[task 1/1] conv: 1 trials")
+    # the whole model's estimate as tuning goes: weight x best over the tasks measured yet
+    assert lines[0].endswith("; model 1.000 ms over 1/1 tasks measured"), lines[0]
+    pool = tuning.TaskResult("pool", "pool", best_ms=0.25)
+    waiting = tuning.TaskResult("dense", "search")
+    assert tuning.evolutionary.model_estimate([(2.0, pool), (3.0, results[0]), (1.0, waiting)]) == (
+        "; model 3.500 ms over 2/3 tasks measured")
+    assert tuning.evolutionary.model_estimate([(1.0, waiting)]) == ""
 
 
 @pytest.fixture(scope="module")

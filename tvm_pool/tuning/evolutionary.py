@@ -71,7 +71,9 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
     per_iter = trials_per_iter or max(4, min(64, trials // max(2 * len(task_results), 1)))
     counter.begin(trials)
     contexts, weights = _contexts(plan, seed)
-    callback, state = _progress_callback(task_results, trials, say, plan.deadline)
+    pooled = [r for r in results if r.kind == "pool"]
+    terms = [(float(task.weight), r) for (task, _), r in zip(plan.pool_tasks, pooled)] + list(zip(weights, task_results))
+    callback, state = _progress_callback(task_results, trials, say, plan.deadline, terms)
     try:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -115,9 +117,21 @@ def _contexts(plan, seed) -> tuple[list, list]:
     return contexts, weights
 
 
-def _progress_callback(results: list, total: int, say, deadline=None):
+def model_estimate(terms: list) -> str:
+    """The whole model's time as tuning stands: the sum over tasks of (its weight: how many
+    times the model calls it) x (its best time so far), over the tasks measured yet; ``terms``:
+    (weight, TaskResult) per task. "" before any task is measured."""
+    measured = [(w, r.best_ms) for w, r in terms if r.best_ms is not None]
+    if not measured:
+        return ""
+    total = sum(w * ms for w, ms in measured)
+    return f"; model {total:.3f} ms over {len(measured)}/{len(terms)} tasks measured"
+
+
+def _progress_callback(results: list, total: int, say, deadline=None, terms: list | None = None):
     """A measure callback printing a line per measured batch of a task (its trials and best
-    time, the search's ETA), and stopping the search at ``deadline``; and its state."""
+    time, the search's ETA, and the whole model's estimate :func:`model_estimate` over
+    ``terms``), and stopping the search at ``deadline``; and its state."""
     # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -141,6 +155,7 @@ def _progress_callback(results: list, total: int, say, deadline=None):
             say(
                 f"[task {int(task_id) + 1}/{len(results)}] {result.name}: {result.trials} trials, "
                 f"best {fmt_ms(result.best_ms)}; {done}/{total} trials, {fmt_secs(elapsed)} elapsed, ETA {fmt_secs(eta)}"
+                + model_estimate(terms if terms is not None else [(1.0, r) for r in results])
             )
             if deadline is not None and time.time() >= deadline:
                 state["stopped"] = True
