@@ -509,3 +509,42 @@ def test_missing_tflite_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "tflite", None)
     with pytest.raises(ImportError, match=r"^tvm_pool.from_tflite needs the tflite package: pip install 'tvm_pool\[tflite\]'$"):
         tvm_pool.from_tflite(b"")
+
+
+def test_max_and_float_average_take_the_targets_form():
+    """MAX_POOL_2D (every type) and float AVERAGE_POOL_2D import as Relax's own NHWC pools, so
+    tvm_pool.compile builds their compute for the target it compiles for: on aarch64 the
+    channel-last passes (a first pass block), on x86 one expression of every tap (one block);
+    the fused activation follows as its own function, which Relax's fusion joins to the pool.
+    Integer averages (TFLite's rounding) and L2 stay tvm_pool's computes built at import. The
+    outputs match LiteRT's (the differential tests; here, a RELU6 max on x86)."""
+    from tvm import relax
+
+    from tvm_pool import lowering
+    from tvm_pool.targets import resolve_target
+
+    q = Quant(0.1, 3)
+    content = pool_model(
+        PoolCase("MAX_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "SAME", "RELU6"),
+        PoolCase("AVERAGE_POOL_2D", (1, 12, 12, 8), (3, 3), (1, 1), "SAME", "NONE"),
+        PoolCase("MAX_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "SAME", "NONE", "int8", q, q),
+        PoolCase("AVERAGE_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "SAME", "NONE", "int8", q, q),
+    )
+    mod = tvm_pool.from_tflite(content)
+    text = mod["main"].script()
+    assert text.count("R.nn.max_pool2d") == 2 and text.count("R.nn.avg_pool2d") == 1, text
+    prims = sorted(gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert prims == ["tvm_pool_tflite_activation", "tvm_pool_tflite_avg_pool"], prims
+
+    def pass_blocks(target):
+        legal = relax.transform.LegalizeOps(lowering.legalize_map(resolve_target(target)))(mod)
+        scripts = [f.script() for gv, f in legal.functions_items() if gv.name_hint.startswith("tvm_pool_max_pool2d")]
+        return [s.count('sblock("max_pool_pass0")') for s in scripts]
+
+    assert pass_blocks("arm") == [1, 1] and pass_blocks("x86") == [0, 0]
+    x = np.random.default_rng(0).standard_normal((1, 12, 12, 8)).astype("float32") * 8
+    xi = np.random.default_rng(1).integers(-128, 127, (1, 12, 12, 8)).astype("int8")
+    got = run_vm(compile_model(content), [x, x, xi, xi])
+    want = run_litert(content, [x, x, xi, xi], "builtin")
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, want[f"y{i}"], rtol=1e-6, atol=1e-6)

@@ -14,7 +14,9 @@ Exactly as LiteRT's builtin kernels compute them (docs/conformance.md, section "
 - L2_POOL_2D is ``sqrt(sum of squares / count of data taps)``, float32 only (as in LiteRT).
 
 Each converter takes the operator converter (for the model's tensors and its BlockBuilder)
-and the TFLite operator, and returns the Relax call of one PrimFunc.
+and the TFLite operator, and returns the Relax call of one PrimFunc, or, for a max pool and a
+float average, Relax's own NHWC pool and its activation, which ``tvm_pool.compile`` legalizes
+with the same compute in the form the target measured best.
 """
 
 from __future__ import annotations
@@ -172,10 +174,32 @@ def convert_pool(converter, op, kind: str):
     else:  # quantization parameters on float tensors are ignored, as LiteRT does
         bounds = formulas.float_activation_bounds(attrs.activation)
     data = converter.get_expr(tensors.data.tensor_idx)
+    kernel, strides = list(attrs.filter_hw), list(attrs.stride_hw)
+    if kind == "max" or (kind == "avg" and tensors.dtype in _FLOAT_TYPES):
+        return _relax_pool(converter.bb, data, kind, kernel, strides, pads, bounds)
     return converter.bb.call_te(
-        pool_te, data, kind=kind, kernel=list(attrs.filter_hw), strides=list(attrs.stride_hw), pads=pads,
+        pool_te, data, kind=kind, kernel=kernel, strides=strides, pads=pads,
         bounds=bounds, primfunc_name_hint=f"tvm_pool_tflite_{kind}_pool",
     )
+
+
+def _relax_pool(bb, data, kind: str, kernel, strides, pads, bounds):
+    """A max pool, or a float average, as Relax's own NHWC pool: ``tvm_pool.compile`` legalizes
+    it with tvm_pool's compute for the target it builds for (``lowering.legalize_map``), so the
+    compute's form is the one the target's schedule measured best (on aarch64 the channel-last
+    passes, on x86 the clamped taps), where a compute built here, at import, has no target. The
+    same compute as :func:`pool_te`'s (pads in the same order, excluded from the average's
+    count), and the fused activation after it, which Relax's fusion joins to the pool."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    nn = relax.op.nn
+    if kind == "max":
+        pooled = bb.emit(nn.max_pool2d(data, kernel, strides, pads, layout="NHWC"))
+    else:
+        pooled = bb.emit(nn.avg_pool2d(data, kernel, strides, pads, layout="NHWC", count_include_pad=False))
+    if bounds is None:
+        return pooled
+    return bb.call_te(clamp, pooled, bounds, primfunc_name_hint="tvm_pool_tflite_activation")
 
 
 def pool_te(data: te.Tensor, *, kind: str, kernel, strides, pads, bounds):
