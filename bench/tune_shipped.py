@@ -166,6 +166,43 @@ def verify_pools(target, log_dir: str, out_dir: str, rounds: int = 15, calls: in
     return rows
 
 
+def merge_search_records(src: str, dst: str, source: str) -> int:
+    """Add the best record of every non-pooling workload of the log ``src`` (a model tuned on
+    this machine with ``tvm-pool tune``) to the shipped log ``dst``, and ``src``'s runs to
+    ``dst``'s ``target.json`` under ``source``. Pooling records stay out: the shipped log's
+    pooling records go with its rules stamp (``tuning.logs.rules_stamp``), which this does not
+    touch. Returns how many records were added."""
+    import tvm_ffi  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    names = (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)
+    old = ms.database.JSONDatabase(*(os.path.join(src, n) for n in names), allow_missing=False)
+    new = ms.database.JSONDatabase(*(os.path.join(dst, n) for n in names), allow_missing=False)
+    best = {}  # one workload's records share its Workload object
+    for record in old.get_all_tuning_records():
+        if tuning.is_pooling(record.workload.mod) or not record.run_secs:
+            continue
+        secs = sum(float(t) for t in record.run_secs) / len(record.run_secs)
+        key = tvm_ffi.structural_hash(record.workload.mod)
+        if key not in best or secs < best[key][0]:
+            best[key] = (secs, record)
+    for _, record in best.values():
+        target = new.commit_workload(record.workload.mod)
+        new.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, target, record.run_secs, record.target, record.args_info))
+    added = len(best)
+    with open(os.path.join(src, tuning.META_FILE), encoding="utf-8") as fh:
+        runs = json.load(fh).get("runs", [])
+    meta_path = os.path.join(dst, tuning.META_FILE)
+    with open(meta_path, encoding="utf-8") as fh:
+        meta = json.load(fh)
+    meta.setdefault("runs", []).extend(dict(run, model=source, records_kept=added) for run in runs)
+    with open(meta_path, "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=1)
+        fh.write("\n")
+    return added
+
+
 def squeezenet_path() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
 
@@ -184,9 +221,15 @@ def main(argv=None) -> int:
     parser.add_argument("--trials-demo", type=int, default=64)
     parser.add_argument("--trials-squeezenet", type=int, default=300)
     parser.add_argument("--budget-squeezenet", type=float, default=None, help="seconds")
+    parser.add_argument("--merge", nargs=2, metavar=("LOG", "SOURCE"),
+                        help="add the best non-pooling record per workload of LOG (a model tuned here) to the shipped "
+                             "log, its runs named SOURCE in target.json")
     args = parser.parse_args(argv)
     target = resolve_target(args.target)
     log_dir = args.log_dir or os.path.join("tuning_logs", tuning.target_family(target))
+    if args.merge:
+        print(f"added {merge_search_records(args.merge[0], log_dir, args.merge[1])} records to {log_dir}")
+        return 0
     for what in args.what:
         start = time.time()
         if what == "demo":

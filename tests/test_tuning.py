@@ -482,3 +482,25 @@ def test_tune_compares_only_where_the_target_runs_here(target, here):
     from tvm_pool.targets import resolve_target, runs_here  # pylint: disable=import-outside-toplevel
 
     assert runs_here(resolve_target(target)) is here
+
+
+@pytest.mark.slow
+def test_shipped_log_takes_a_tuned_models_best_search_records(tmp_path):
+    """bench/tune_shipped.py --merge: the best record of each non-pooling workload of a model's
+    log joins the shipped log (its pooling records and rules stamp untouched), with the model's
+    run named in target.json; compile then finds the convolution's record there."""
+    from tvm_pool.bench.tune_shipped import merge_search_records
+
+    model = str(tmp_path / "model")
+    shipped = str(tmp_path / "shipped")
+    conv = tvm_pool.from_onnx(conv_pool_model())
+    tvm_pool.tune(conv, "host", trials=4, log_dir=model, source="conv_pool", progress=lambda _: None)
+    tvm_pool.tune(pool_mod("max", pool_size=(2, 2), strides=(2, 2)), "host", trials=0, log_dir=shipped, source="pool",
+                  progress=lambda _: None)
+    stamp = json.load(open(os.path.join(shipped, tuning.META_FILE))).get("rules")
+    assert merge_search_records(model, shipped, "conv_pool (torch.export)") == 1
+    meta = json.load(open(os.path.join(shipped, tuning.META_FILE)))
+    assert meta.get("rules") == stamp and meta["runs"][-1]["model"] == "conv_pool (torch.export)"
+    assert meta["runs"][-1]["records_kept"] == 1
+    names = dict(tuning.records_for(conv, TARGET, [shipped], shipped=False))
+    assert any("conv" in name and shipped in how for name, how in names.items()), names
