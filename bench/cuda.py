@@ -31,7 +31,7 @@ from .peers import TVM_ERRORS, NotAvailable, runtime_errors, torch_call
 from .summary import fmt, geomean, short_reason
 from .timing import copy_size, sample_times
 from .workloads import (
-    CHANNEL_LAST_GROUPS, KERNEL_BOUND_GROUPS, Workload, build_model, channel_first_twin, channel_last_workloads,
+    CHANNEL_LAST_GROUPS, KERNEL_BOUND_GROUPS, KERNEL_BOUND_PREFIX, Workload, build_model, channel_first_twin, channel_last_workloads,
     kernel_bound_workloads, make_input, out_bytes, reference, relax_module, to_channel_first, to_channel_last,
     workloads,
 )
@@ -101,6 +101,14 @@ def gpu_target(arch: str):
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host=host_target())
 
 
+def target_for(arch: str):
+    """The GPU target of ``arch`` ("sm_90"), or with "cpu" this host's (a bundle that the tests
+    run here, on the CPU device)."""
+    from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
+
+    return host_target() if arch == "cpu" else gpu_target(arch)
+
+
 def _vm_runner(ex, dev, x):
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
@@ -117,9 +125,8 @@ def builders(w: Workload, arch: str) -> dict:
     from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
 
     import tvm_pool  # pylint: disable=import-outside-toplevel
-    from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
 
-    target = host_target() if arch == "cpu" else gpu_target(arch)
+    target = target_for(arch)
     if w.road == "nhwc":
         stock = _stock_tflite(w) if w.tflite_padding is not None else None
         return {"tvm_pool": lambda: tvm_pool.compile(relax_module(w), target=target),
@@ -156,22 +163,13 @@ def peer_torch(w: Workload, model, x, dev, arch):  # pylint: disable=unused-argu
         raise NotAvailable("torch has no CUDA device (a CPU-only wheel?)")
     if w.dtype in ("int8", "uint8"):
         raise NotAvailable(f"{w.dtype} pooling not supported by torch CUDA kernels")
-    return torch_call(w, _torch_tensor(x)), torch.cuda.synchronize
+    from .cuda_replay import to_torch  # pylint: disable=import-outside-toplevel
 
-
-def _torch_tensor(x):
-    """``x`` on the GPU as a torch tensor (bfloat16 through its bits)."""
-    import torch  # pylint: disable=import-outside-toplevel
-
-    if x.dtype.name == "bfloat16":
-        return torch.from_numpy(x.view("int16")).cuda().view(torch.bfloat16)
-    return torch.from_numpy(x).cuda()
+    return torch_call(w, to_torch(x, "cuda")), torch.cuda.synchronize
 
 
 def peer_torch_graph(w: Workload, model, x, dev, arch):
     """PyTorch's call captured in a CUDA graph and replayed (no Python launch cost)."""
-    import torch  # pylint: disable=import-outside-toplevel
-
     from .cuda_replay import graph_replay  # pylint: disable=import-outside-toplevel
 
     call, sync = peer_torch(w, model, x, dev, arch)
@@ -232,7 +230,7 @@ def time_workload(w: Workload, dev, arch: str, repeat: int) -> dict:
             row["ms"][peer] = time_ms(call, sync, repeat)
         except NotAvailable as err:
             row["na"][peer] = str(err)
-        except runtime_errors("torch" if peer == "torch_graph" else peer) as err:
+        except runtime_errors(peer) as err:
             row["na"][peer] = short_reason(err)
     return summarize(row)
 
@@ -264,7 +262,7 @@ def select(ws: list, only) -> list:
     cl_group = bool(only) and bool(set(only) & set(CHANNEL_LAST_GROUPS))
     kb_group = bool(only) and bool(set(only) & set(KERNEL_BOUND_GROUPS))
     return [w for w in ws if not only or w.name in only or (cl_group and w.road == "nhwc")
-            or (kb_group and w.name.startswith("kb_"))]
+            or (kb_group and w.name.startswith(KERNEL_BOUND_PREFIX))]
 
 
 def every_workload(quick: bool, only=None) -> list:
@@ -507,11 +505,12 @@ def write_report(result: dict, output_dir: str) -> int:
 def replayed(run: dict) -> dict:
     """The report's result from a bundle's run on a GPU (``bench/cuda_replay.py``): the same
     rows, summarised here, and the GPU checks' tally."""
-    every = [summarize(r) for r in run["rows"] + run.get("channel_last_rows", [])]
-    kernel_bound = [r for r in every if r.get("table") == "kernel_bound"]
-    channel_last = [r for r in run.get("channel_last_rows", []) if r.get("table") != "kernel_bound"]
+    rows = [summarize(r) for r in run["rows"]]
+    cl_rows = [summarize(r) for r in run.get("channel_last_rows", [])]
+    kernel_bound = [r for r in rows + cl_rows if r.get("table") == "kernel_bound"]
+    channel_last = [r for r in cl_rows if r.get("table") != "kernel_bound"]
     result = with_geomeans({"device": run["device"], "gpu": run["gpu"],
-                            "rows": [r for r in run["rows"] if r.get("table") != "kernel_bound"]})
+                            "rows": [r for r in rows if r.get("table") != "kernel_bound"]})
     result["timing"] = ("median ms per call over rounds of back-to-back calls, one synchronisation a round "
                         "(bench/cuda_replay.py; modules built here, run with TVM's runtime only)")
     if channel_last:

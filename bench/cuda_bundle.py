@@ -26,11 +26,11 @@ import numpy as np
 
 from .peers import NotAvailable, runtime_errors, torch_spec
 from .summary import short_reason
+from .cuda import _vm_runner, builders, every_workload, target_for
 from .workloads import (
-    Workload, build_model, channel_first_twin, fused_bias, make_input, out_bytes, reference, relax_module,
+    KERNEL_BOUND_PREFIX, Workload, build_model, channel_first_twin, fused_bias, make_input, out_bytes, reference,
+    relax_module,
 )
-
-KERNEL_BOUND_PREFIX = "kb_"  # workloads.kernel_bound_workloads' names
 
 MANIFEST = "manifest.json"
 SAMPLE = 1 << 16  # expected values kept per output (every n-th element); the sum covers the rest
@@ -147,22 +147,11 @@ def _cpu_expected(w: Workload, model, x) -> list:
 
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
-    from .cuda import _vm_runner  # pylint: disable=import-outside-toplevel
 
     if w.road == "nhwc":
         return [reference(w, x)]
     out = _vm_runner(tvm_pool.compile(_tvm_pool_import(w, model), target="llvm"), tvm.cpu(), x)()
     return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
-def target_for(arch: str):
-    """The GPU target of ``arch`` ("sm_90"), or with "cpu" this host's (a bundle that the tests
-    run here, on the CPU device)."""
-    from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
-
-    from .cuda import gpu_target  # pylint: disable=import-outside-toplevel
-
-    return host_target() if arch == "cpu" else gpu_target(arch)
 
 
 def _tvm_pool_import(w: Workload, model):
@@ -184,8 +173,6 @@ DEVICE_CRASHES = {
 def add_workload(bundle: Bundle, w: Workload) -> dict:
     """Exports every peer's module of ``w`` (a peer that fails to build gets its reason) and
     the manifest entry that the run checks and times them by."""
-    from . import cuda  # pylint: disable=import-outside-toplevel
-
     x = make_input(w)
     model = None if w.road == "nhwc" else build_model(w)
     expected = _cpu_expected(w, model, x)
@@ -194,7 +181,7 @@ def add_workload(bundle: Bundle, w: Workload) -> dict:
              "input": input_recipe(w, x), "modules": {}, "na": {},
              "min_bytes": int(x.nbytes + (sum(e.nbytes for e in expected) if model is None else out_bytes(model)))}
     entry["exact"] = w.op.endswith("MaxPool") or "max_pool" in w.op or w.dtype in ("int8", "uint8")
-    for peer, build in cuda.builders(w, bundle.arch).items():
+    for peer, build in builders(w, bundle.arch).items():
         if (w.name, peer) in DEVICE_CRASHES and bundle.arch != "cpu":
             entry["na"][peer] = DEVICE_CRASHES[w.name, peer]
             continue
@@ -245,7 +232,6 @@ def add_knobs(bundle: Bundle, entry: dict, w: Workload, points=None) -> None:
 def export(root: str, arch: str, quick: bool, only=None) -> str:
     """The GPU benchmark's bundle for ``arch`` in ``root``: every workload ``only`` selects (as
     ``bench/cuda.py``'s ``select``). Returns the manifest's path."""
-    from .cuda import every_workload  # pylint: disable=import-outside-toplevel
 
     bundle = Bundle(root, arch)
     for w in every_workload(quick, only):

@@ -37,8 +37,9 @@ import numpy as np
 RUN_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError, OSError)
 
 
-def _dtype(name: str):
-    """NumPy's dtype of ``name`` (bfloat16 through ml_dtypes)."""
+def numpy_dtype(name: str):
+    """NumPy's dtype of ``name`` (bfloat16 through ml_dtypes). Here, in the replay, which runs
+    without tvm_pool; the benchmark's workloads use it too."""
     if name == "bfloat16":
         import ml_dtypes  # pylint: disable=import-outside-toplevel
 
@@ -49,7 +50,7 @@ def _dtype(name: str):
 def load_arrays(path: str, specs: list) -> list:
     """The arrays ``cuda_bundle.save_arrays`` wrote (bfloat16 through ml_dtypes)."""
     data = np.load(path)
-    return [data[f"a{i}"].view(_dtype(spec["dtype"])).reshape(spec["shape"]) for i, spec in enumerate(specs)]
+    return [data[f"a{i}"].view(numpy_dtype(spec["dtype"])).reshape(spec["shape"]) for i, spec in enumerate(specs)]
 
 
 def make_input(recipe: dict) -> np.ndarray:
@@ -59,7 +60,7 @@ def make_input(recipe: dict) -> np.ndarray:
         info = np.iinfo(recipe["dtype"])
         x = rng.integers(info.min, info.max, size=recipe["shape"], dtype=recipe["dtype"])
     else:
-        x = rng.standard_normal(recipe["shape"]).astype(_dtype(recipe["dtype"]))
+        x = rng.standard_normal(recipe["shape"]).astype(numpy_dtype(recipe["dtype"]))
     total = float(x.astype(np.float64).sum())
     if not np.isclose(total, recipe["sum"], rtol=1e-9, atol=1e-6):
         raise SystemExit(f"input of shape {recipe['shape']} regenerated differently (sum {total} != {recipe['sum']})")
@@ -182,9 +183,7 @@ def torch_runner(spec: dict, x: np.ndarray, channel_last: bool, device: str, gra
     import torch  # pylint: disable=import-outside-toplevel
     import torch.nn.functional as F  # pylint: disable=import-outside-toplevel
 
-    t = torch.from_numpy(x if x.dtype.name != "bfloat16" else x.view(np.int16)).to(device)
-    if x.dtype.name == "bfloat16":
-        t = t.view(torch.bfloat16)
+    t = to_torch(x, device)
     rank = x.ndim - 2
     if channel_last:  # an NCHW view of the NHWC memory: torch's channels_last
         t = t.permute(0, rank + 1, *range(1, rank + 1))
@@ -207,11 +206,21 @@ def torch_runner(spec: dict, x: np.ndarray, channel_last: bool, device: str, gra
     return call, lambda: numpy(call())
 
 
+def to_torch(x: np.ndarray, device: str):
+    """``x`` as a torch tensor on ``device`` (bfloat16 through its bits: torch reads no
+    ml_dtypes array)."""
+    import torch  # pylint: disable=import-outside-toplevel
+
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).to(device).view(torch.bfloat16)
+    return torch.from_numpy(x).to(device)
+
+
 def _to_numpy(t) -> np.ndarray:
     import torch  # pylint: disable=import-outside-toplevel
 
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_dtype("bfloat16"))
+        return t.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
     return t.numpy()
 
 

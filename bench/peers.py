@@ -47,7 +47,7 @@ def runtime_errors(peer: str) -> tuple[type[Exception], ...]:
         return TVM_ERRORS + (TvmPoolError,)
     if peer == "tvm":
         return TVM_ERRORS
-    if peer in ("torch", "copy"):
+    if peer in ("torch", "torch_graph", "copy"):  # torch_graph: PyTorch replayed from a CUDA graph
         return TORCH_ERRORS
     if peer == "onnxruntime":
         # onnxruntime's status errors (pybind classes that derive from Exception itself)

@@ -178,7 +178,7 @@ def merge_search_records(src: str, dst: str, source: str) -> int:
     names = (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)
     old = ms.database.JSONDatabase(*(os.path.join(src, n) for n in names), allow_missing=False)
     new = ms.database.JSONDatabase(*(os.path.join(dst, n) for n in names), allow_missing=False)
-    best = {}  # one workload's records share its Workload object
+    best = {}  # per workload (its module's structural hash): (mean seconds, record)
     for record in old.get_all_tuning_records():
         if tuning.is_pooling(record.workload.mod) or not record.run_secs:
             continue

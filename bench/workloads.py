@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .cuda_replay import numpy_dtype
+
 
 @dataclass
 class Workload:
@@ -131,8 +133,10 @@ def torch_workloads(quick: bool) -> list[Workload]:
     return w[:2] if quick else w
 
 
-# Names ``--only`` takes for every kernel-bound GPU workload (kernel_bound_workloads).
+# Names ``--only`` takes for every kernel-bound GPU workload (kernel_bound_workloads), and the
+# prefix of their names.
 KERNEL_BOUND_GROUPS = ("kernel_bound", "large")
+KERNEL_BOUND_PREFIX = "kb_"
 K3S2P1 = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
 
 
@@ -141,9 +145,9 @@ def kernel_bound_workloads(quick: bool = False) -> list[Workload]:
     batch (32-128) or clip that moves at least 50 MB per call, so the kernel and not the
     launch decides the time. Max 2-D and 3-D; float32, float16, bfloat16 and int8; global max
     and average; ceil mode on odd planes; NHWC and NDHWC; Indices; a fused Relu, max, Add;
-    Lp and adaptive (the torch road). Names start with ``kb_``."""
+    Lp and adaptive (the torch road). Names start with :data:`KERNEL_BOUND_PREFIX`."""
     def kb(name, source, op, shape, attrs=None, **kw):
-        return Workload(f"kb_{name}", source, op, shape, dict(attrs or {}), large=True, **kw)
+        return Workload(f"{KERNEL_BOUND_PREFIX}{name}", source, op, shape, dict(attrs or {}), large=True, **kw)
 
     def nhwc(name, source, op, shape, attrs=None, **kw):
         layout = {4: "NHWC", 5: "NDHWC"}[len(shape)]
@@ -415,15 +419,6 @@ def make_input(w: Workload) -> np.ndarray:
         info = np.iinfo(w.dtype)
         return rng.integers(info.min, info.max, size=w.shape, dtype=w.dtype)
     return rng.standard_normal(w.shape).astype(numpy_dtype(w.dtype))
-
-
-def numpy_dtype(dtype: str):
-    """NumPy's dtype of ``dtype`` (bfloat16 through ml_dtypes)."""
-    if dtype == "bfloat16":
-        import ml_dtypes  # pylint: disable=import-outside-toplevel
-
-        return ml_dtypes.bfloat16
-    return np.dtype(dtype)
 
 
 def out_bytes(model) -> int:

@@ -190,7 +190,8 @@ def per_thread(sch, earlier: list, tx, binder: Binder, config: CudaConfig) -> No
         loops = list(sch.get_loops(rv))
         depth = next(i for i, l in enumerate(loops) if sch.get_sref(l).same_as(tx_sref)) + 1
         for loop in loops[depth:]:
-            if (analysis.loop_extent(sch, loop) or config.max_unrolled_taps + 1) <= config.max_unrolled_taps:
+            extent = analysis.loop_extent(sch, loop)
+            if extent is not None and extent <= config.max_unrolled_taps:
                 sch.unroll(loop)
 
 

@@ -143,7 +143,7 @@ def test_the_time_budget_stops_the_search_through_tvm():
     results = [tuning.TaskResult("conv", "search")]
     lines = []
     callback, state = tuning.evolutionary._progress_callback(  # pylint: disable=protected-access
-        results, 8, lines.append, deadline=time.time() - 1
+        results, 8, lines.append, [(1.0, results[0])], deadline=time.time() - 1
     )
     scheduler = ms.task_scheduler.TaskScheduler.create("round-robin")
     with pytest.raises(RuntimeError, match="time budget spent"):

@@ -203,10 +203,9 @@ def _relax_pool(bb, data, kind: str, kernel, strides, pads, bounds):
 
 
 def pool_te(data: te.Tensor, *, kind: str, kernel, strides, pads, bounds):
-    """The TE of a TFLite pool on NHWC ``data`` (see the module docstring)."""
-    if kind == "max":
-        out = compute.max_pool(data, kernel, strides, None, pads, layout="NHWC")
-    elif kind == "avg":
+    """The TE of a TFLite integer average or L2 pool on NHWC ``data`` (see the module
+    docstring; max pools and float averages are Relax's own pools, :func:`_relax_pool`)."""
+    if kind == "avg":
         out = compute.avg_pool(data, kernel, strides, None, pads, layout="NHWC", int_rounding="half_away_from_zero")
     else:
         squares = te.compute(data.shape, lambda *i: data[i] * data[i], name="l2_square")

@@ -73,7 +73,7 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
     contexts, weights = _contexts(plan, seed)
     pooled = [r for r in results if r.kind == "pool"]
     terms = [(float(task.weight), r) for (task, _), r in zip(plan.pool_tasks, pooled)] + list(zip(weights, task_results))
-    callback, state = _progress_callback(task_results, trials, say, plan.deadline, terms)
+    callback, state = _progress_callback(task_results, trials, say, terms, plan.deadline)
     try:
         ms.tune.tune_tasks(
             tasks=contexts,
@@ -128,7 +128,7 @@ def model_estimate(terms: list) -> str:
     return f"; model {total:.3f} ms over {len(measured)}/{len(terms)} tasks measured"
 
 
-def _progress_callback(results: list, total: int, say, deadline=None, terms: list | None = None):
+def _progress_callback(results: list, total: int, say, terms: list, deadline=None):
     """A measure callback printing a line per measured batch of a task (its trials and best
     time, the search's ETA, and the whole model's estimate :func:`model_estimate` over
     ``terms``), and stopping the search at ``deadline``; and its state."""
@@ -155,7 +155,7 @@ def _progress_callback(results: list, total: int, say, deadline=None, terms: lis
             say(
                 f"[task {int(task_id) + 1}/{len(results)}] {result.name}: {result.trials} trials, "
                 f"best {fmt_ms(result.best_ms)}; {done}/{total} trials, {fmt_secs(elapsed)} elapsed, ETA {fmt_secs(eta)}"
-                + model_estimate(terms if terms is not None else [(1.0, r) for r in results])
+                + model_estimate(terms)
             )
             if deadline is not None and time.time() >= deadline:
                 state["stopped"] = True
