@@ -343,3 +343,17 @@ def test_replay_compiles_a_missing_kernel_with_nvcc_directly():
     assert "--use_fast_math" in cuda_replay.NVCC_FLAGS
     with pytest.raises(RuntimeError, match="nvcc failed"):
         cuda_replay.nvcc_fatbin("this is not CUDA", "sm_90")
+
+
+def test_a_peer_known_to_crash_the_device_is_not_exported(tmp_path, monkeypatch):
+    """cuda_bundle.DEVICE_CRASHES: a peer whose module took the GPU machine's process down is
+    left out of a GPU bundle (no module to load there) and its row says why; a CPU bundle
+    (the tests' own) still builds it."""
+    from tvm_pool.bench import cuda_bundle
+
+    (w,) = [w for w in runner.workloads(quick=True) if w.name == "resnet_gap"]
+    monkeypatch.setattr(cuda_bundle, "DEVICE_CRASHES", {("resnet_gap", "tvm"): "segfaulted at its first call"})
+    gpu = cuda_bundle.add_workload(cuda_bundle.Bundle(str(tmp_path / "gpu"), "sm_80"), w)
+    assert gpu["na"] == {"tvm": "segfaulted at its first call"} and set(gpu["modules"]) == {"tvm_pool"}
+    cpu = cuda_bundle.add_workload(cuda_bundle.Bundle(str(tmp_path / "cpu"), "cpu"), w)
+    assert set(cpu["modules"]) == {"tvm_pool", "tvm"}
