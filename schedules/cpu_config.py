@@ -70,7 +70,7 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # the two lanes) instead of lane by lane? On NEON LLVM extracts and adds each lane in order
     # (6 instructions for 4 lanes); halving took ResNet's 7x7 global average from 33.6 to 31.6
     # instructions per output. The order of the last adds changes (within the tolerances of the
-    # partial sums themselves). x86 keeps the order its benchmark was measured with.
+    # partial sums themselves). x86 takes it too (schedules/x86.py).
     halving_lane_sums: bool = False
 
     # --- thresholds ---
