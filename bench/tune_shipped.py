@@ -1,5 +1,8 @@
 """Produce the tuning logs shipped in tuning_logs/<family>/ (run on the machine they are for).
 
+The shipped database files are gzipped (``database_*.json.gz``: the workloads compress 14x);
+every step here works on them decompressed and gzips them again at its end (:func:`plain_log`).
+
     python -m tvm_pool.bench.tune_shipped --target host --what demo squeezenet pools \
         --trials-demo 64 --trials-squeezenet 300 --budget-squeezenet 1800
 
@@ -12,8 +15,11 @@ searched exhaustively, so these need no trial budget).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gzip
 import json
 import os
+import shutil
 import time
 
 import onnx
@@ -23,7 +29,7 @@ import tvm_pool
 from tvm_pool import tuning
 from tvm_pool.errors import TvmPoolError
 from tvm_pool.targets import resolve_target
-from tvm_pool.tuning.logs import TVM_ERRORS
+from tvm_pool.tuning.logs import GZIP_SUFFIX, TVM_ERRORS, expand_gzipped
 
 from .report import RESULTS_DIR
 from .workloads import build_model, make_input, workloads
@@ -62,6 +68,29 @@ def _pool_model(name, op, shape, attrs):
     model = onnx.shape_inference.infer_shapes(model)
     model.ir_version = 10
     return model
+
+
+@contextlib.contextmanager
+def plain_log(log_dir: str):
+    """The log's gzipped database files decompressed in place for the duration (MetaSchedule's
+    JSONDatabase reads and appends plain files), and gzipped again after, the plain ones removed."""
+    names = [os.path.join(log_dir, n) for n in (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)]
+    expand_gzipped(log_dir)
+    try:
+        yield log_dir
+    finally:
+        for path in names:
+            if os.path.exists(path):
+                compress(path)
+
+
+def compress(path: str) -> None:
+    """``path`` gzipped to ``path.gz`` (no timestamp in the header: the same log gives the same
+    bytes) and removed."""
+    with open(path, "rb") as src, open(path + GZIP_SUFFIX, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(path)
 
 
 POOL_SOURCE = "pool:"  # target.json's name for a pooling layer's run: pool:<layer>
@@ -208,11 +237,6 @@ def squeezenet_path() -> str:
 
 
 def main(argv=None) -> int:
-    try:  # pylint: disable=import-outside-toplevel
-        from tvm_pool.demo_model import demo_model
-    except ImportError:  # the CLI as a package
-        from tvm_pool.cli.demo import demo_model
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="host")
     parser.add_argument("--log-dir", help="default: tuning_logs/<family> of the target")
@@ -227,9 +251,21 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     target = resolve_target(args.target)
     log_dir = args.log_dir or os.path.join("tuning_logs", tuning.target_family(target))
-    if args.merge:
-        print(f"added {merge_search_records(args.merge[0], log_dir, args.merge[1])} records to {log_dir}")
-        return 0
+    with plain_log(log_dir):
+        if args.merge:
+            print(f"added {merge_search_records(args.merge[0], log_dir, args.merge[1])} records to {log_dir}")
+            return 0
+        _produce(args, target, log_dir)
+    return 0
+
+
+def _produce(args, target, log_dir: str) -> None:
+    """The steps of ``--what`` on the (decompressed) shipped log."""
+    try:  # pylint: disable=import-outside-toplevel
+        from tvm_pool.demo_model import demo_model
+    except ImportError:  # the CLI as a package
+        from tvm_pool.cli.demo import demo_model
+
     for what in args.what:
         start = time.time()
         if what == "demo":
@@ -249,7 +285,6 @@ def main(argv=None) -> int:
         elif what == "verify":
             verify_pools(target, log_dir, RESULTS_DIR)
         print(f"== {what} for {tuning.target_family(target)}: {time.time() - start:.0f} s", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -280,6 +280,27 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
     assert any("missing" in m and "not a directory" in m for m in messages)
 
 
+def test_a_gzipped_log_reads_as_the_plain_one(tuned, tmp_path):
+    """The shipped logs are gzipped (database_*.json.gz): read as their plain twins, and
+    tune_shipped's plain_log decompresses them for a step and gzips them back, byte for byte."""
+    from tvm_pool.bench.tune_shipped import compress, plain_log
+
+    mod, log_dir, _, _ = tuned
+    packed = _copy(log_dir, tmp_path, "packed")
+    names = (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)
+    for name in names:
+        compress(os.path.join(packed, name))
+        assert os.path.exists(os.path.join(packed, name + ".gz")) and not os.path.exists(os.path.join(packed, name))
+    records = {d: tuning.load_logs(TARGET, [d], shipped=False).get_all_tuning_records() for d in (log_dir, packed)}
+    assert [[float(t) for t in r.run_secs] for r in records[log_dir]] == [[float(t) for t in r.run_secs] for r in records[packed]]
+    assert_applied(mod, packed, TARGET)
+    before = {n: open(os.path.join(packed, n + ".gz"), "rb").read() for n in names}
+    with plain_log(packed):
+        assert all(os.path.exists(os.path.join(packed, n)) for n in names)
+    assert {n: open(os.path.join(packed, n + ".gz"), "rb").read() for n in names} == before
+    assert not any(os.path.exists(os.path.join(packed, n)) for n in names)
+
+
 # Under -m slow (34 s): the default suite tunes through the RPC tracker on the emulated aarch64
 # board (test_arm_emulated.py), which covers this flow and cross-compilation too.
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """Reading tuning logs, tolerantly, and the database ``compile`` applies (:func:`load_logs`).
 
 A log directory is a MetaSchedule JSON database (``database_workload.json`` /
-``database_tuning_record.json``) plus ``target.json`` (:func:`tvm_pool.targets.describe_target`
+``database_tuning_record.json``, each possibly gzipped as ``<name>.gz``: the shipped logs are,
+a tenth of the size) plus ``target.json`` (:func:`tvm_pool.targets.describe_target`
 and one entry per tuning run). TVM's database lookup ignores the target, so the log's target
 is checked here (:func:`mismatch`). Corrupt lines, records and schedules are skipped with a
 :class:`TuningLogWarning`: nothing in a log can fail a build.
@@ -13,6 +14,7 @@ lowers or tunes.
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import logging
 import os
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 META_FILE = "target.json"
+GZIP_SUFFIX = ".gz"
 
 # What TVM raises where a step may legitimately fail (a corrupt record, a schedule that does not
 # replay, a candidate that does not build): its errors are RuntimeError subclasses (InternalError,
@@ -170,9 +173,34 @@ def read_meta(log_dir: str) -> dict | None:
         return None
 
 
+def log_file(log_dir: str, name: str) -> str:
+    """The path of a log's database file ``name``: ``name`` itself, or its gzipped copy
+    ``name.gz`` where only that exists (the shipped logs)."""
+    path = os.path.join(log_dir, name)
+    return path + GZIP_SUFFIX if not os.path.exists(path) and os.path.exists(path + GZIP_SUFFIX) else path
+
+
+def expand_gzipped(log_dir: str) -> list[str]:
+    """Decompress the gzipped database files of ``log_dir`` that have no plain twin, in place
+    (MetaSchedule's JSONDatabase reads and appends plain files: a log tuned further must be
+    plain first). Returns the plain paths written."""
+    import shutil  # pylint: disable=import-outside-toplevel
+
+    written = []
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        path = os.path.join(log_dir, name)
+        if os.path.exists(path + GZIP_SUFFIX) and not os.path.exists(path):
+            with gzip.open(path + GZIP_SUFFIX, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            written.append(path)
+    return written
+
+
 def _json_lines(path: str):
-    """(line number, parsed JSON or None, error) for every non-empty line."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    """(line number, parsed JSON or None, error) for every non-empty line (of the decompressed
+    text for a ``.gz`` file)."""
+    opener = gzip.open if path.endswith(GZIP_SUFFIX) else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -197,7 +225,7 @@ def read_log(log_dir: str) -> LogRecords:
     JSON (best first per workload) until used: parsing all of them (TVM's TuningRecord.from_json,
     35 ms each here) made every compile with a shipped log 10 s slower."""
     out = LogRecords(log_dir, read_meta(log_dir))
-    wl_path, rec_path = os.path.join(log_dir, WORKLOAD_FILE), os.path.join(log_dir, RECORD_FILE)
+    wl_path, rec_path = log_file(log_dir, WORKLOAD_FILE), log_file(log_dir, RECORD_FILE)
     workloads = _read_workloads(wl_path, out.bad_lines)
     by_workload: dict[int, list] = {}
     for lineno, obj, err in _json_lines(rec_path):
@@ -317,7 +345,7 @@ def load_with_sources(target, dirs, shipped):
 
 
 def _stamp(log_dir: str) -> tuple:
-    paths = [os.path.join(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
+    paths = [log_file(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
     return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) if os.path.exists(p) else None for p in paths)
 
 
@@ -335,7 +363,7 @@ def _usable_log(log_dir: str, explicit: bool, target) -> tuple[LogRecords, dict]
         if explicit:
             _warn(f"tuning log {log_dir}: not a directory; not used")
         return None
-    if not any(os.path.exists(os.path.join(log_dir, f)) for f in (WORKLOAD_FILE, RECORD_FILE)):
+    if not any(os.path.exists(log_file(log_dir, f)) for f in (WORKLOAD_FILE, RECORD_FILE)):
         if explicit:
             _warn(f"tuning log {log_dir}: no {WORKLOAD_FILE} / {RECORD_FILE}; not used")
         return None

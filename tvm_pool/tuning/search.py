@@ -10,7 +10,7 @@ import time
 import tvm
 
 from ..targets import describe_target
-from . import evolutionary, pooling
+from . import evolutionary, logs, pooling
 from .farm import Farm
 from .measure import in_process_builder, make_runner
 from .meta import Run, TuneResult, fmt_secs, write_meta
@@ -51,6 +51,7 @@ def tune(  # pylint: disable=too-many-arguments
     plan = plan_run(mod, target, trials=trials, log_dir=log_dir, rpc=rpc, budget_s=time_budget_s)
     say(plan.summary(source, trials))
     counter = evolutionary.BatchCounter(say)
+    logs.expand_gzipped(plan.log_dir)  # a gzipped log (a copy of a shipped one) is extended as plain JSON
     database = JSONDatabase(work_dir=plan.log_dir)
     results: list = []
     stopped = "interrupted"  # unless the search returns: Ctrl-C or an error, the log written still
