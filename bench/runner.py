@@ -11,6 +11,10 @@ channel-first twin alongside (bench/channel_last.py), and reported on their own.
 ``--layers`` (or ``--only layers``) times the pooling layers of torchvision's classification
 models instead, each at batch 1 and 8, traced once into bench/layers.json (``--retrace`` traces
 again), and reports them on their own (bench/layers.py, bench/layers_report.py).
+
+``--models`` times whole models instead: torchvision's classic CNNs on tvm_pool (shipped logs),
+onnxruntime, OpenVINO, PyTorch and stock TVM, outputs checked first (bench/models.py,
+bench/models_report.py).
 """
 
 from __future__ import annotations
@@ -240,6 +244,10 @@ def parse_args(argv):
     p.add_argument("--layers", action="store_true",
                    help="time the pooling layers of torchvision's classification models (bench/layers.json) at "
                         "batch 1 and 8 instead of the workloads; writes layers.{json,md,png}")
+    p.add_argument("--models", action="store_true",
+                   help="time whole models instead: torchvision's classic CNNs (bench/models.py) on tvm_pool with the "
+                        "shipped logs, onnxruntime, OpenVINO, PyTorch and stock TVM; --only: model names; writes "
+                        "models.{json,md,png}")
     p.add_argument("--retrace", action="store_true",
                    help="trace torchvision's classification models again and rewrite bench/layers.json (alone: "
                         "only that; with --layers: then time them)")
@@ -259,8 +267,8 @@ def main(argv=None) -> int:
     """Runs one child process per thread count (``--child``: TVM reads TVM_NUM_THREADS once,
     at start), collects their JSON lines and writes the report."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.device == "cuda" and (args.layers or args.retrace or LAYERS in str(args.only).split(",")):
-        print("--layers / --retrace: the CPU benchmark only (not with --device cuda)", file=sys.stderr)
+    if args.device == "cuda" and (args.layers or args.retrace or args.models or LAYERS in str(args.only).split(",")):
+        print("--layers / --retrace / --models: the CPU benchmark only (not with --device cuda)", file=sys.stderr)
         return 2
     if args.device == "cuda" and args.export:
         from . import cuda_bundle  # pylint: disable=import-outside-toplevel
@@ -273,6 +281,8 @@ def main(argv=None) -> int:
         return cuda.main(args)
     repeat = args.repeat or (15 if args.quick else 50)
     only = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
+    if args.models:
+        return _main_models(args, only)
     with_layers = args.layers or bool(only and LAYERS in only)
     if only:
         only.discard(LAYERS)
@@ -297,26 +307,54 @@ def main(argv=None) -> int:
             res = run_threads(threads[0], args.quick, repeat, only)
         print(json.dumps(res))
         return 0
-    results = []
-    for t in threads:
-        cmd = [sys.executable, "-m", "tvm_pool.bench", "--child", "--threads", str(t), "--repeat", str(repeat)]
-        if args.quick:
-            cmd.append("--quick")
-        if with_layers:
-            cmd.append("--layers")
-        if only:
-            cmd += ["--only", ",".join(sorted(only))]
-        proc = subprocess.run(cmd, env=timing.child_env(t), stdout=subprocess.PIPE, text=True, check=False)
-        if proc.returncode != 0:
-            print(f"benchmark with {t} thread(s) failed (exit {proc.returncode})", file=sys.stderr)
-            return 1
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    flags = ["--repeat", str(repeat)] + (["--quick"] if args.quick else []) + (["--layers"] if with_layers else [])
+    results = _run_children(threads, flags, only, "benchmark")
+    if results is None:
+        return 1
     if with_layers:
         from . import layers_report  # pylint: disable=import-outside-toplevel
 
         print(layers_report.write(results, args.output_dir))
     else:
         print(report.write(results, args.output_dir))
+    return 0
+
+
+def _run_children(threads: list, flags: list, only, what: str) -> list | None:
+    """The JSON result of ``python -m tvm_pool.bench --child --threads T <flags> [--only ...]``
+    for each thread count T, each in its own process (TVM reads TVM_NUM_THREADS once); None,
+    with a line on stderr, when one fails."""
+    results = []
+    for t in threads:
+        cmd = [sys.executable, "-m", "tvm_pool.bench", "--child", "--threads", str(t), *flags]
+        if only:
+            cmd += ["--only", ",".join(sorted(only))]
+        proc = subprocess.run(cmd, env=timing.child_env(t), stdout=subprocess.PIPE, text=True, check=False)
+        if proc.returncode != 0:
+            print(f"{what} with {t} thread(s) failed (exit {proc.returncode})", file=sys.stderr)
+            return None
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results
+
+
+def _main_models(args, only) -> int:
+    """``--models``: one child process per thread count (``--child --models``), then the report."""
+    from . import models  # pylint: disable=import-outside-toplevel
+
+    if unknown := models.unknown(only):
+        allowed = ", ".join([*models.MODELS, *models.OTHER_DEPTHS])
+        print(f"--only: unknown model(s) {', '.join(unknown)}; allowed: {allowed}", file=sys.stderr)
+        return 2
+    threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
+    if args.child:
+        print(json.dumps(models.run_threads(threads[0], only)))
+        return 0
+    results = _run_children(threads, ["--models"], only, "model benchmark")
+    if results is None:
+        return 1
+    from . import models_report  # pylint: disable=import-outside-toplevel
+
+    print(models_report.write(results, args.output_dir))
     return 0
 
 
