@@ -29,14 +29,16 @@ import io
 import sys
 import time
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from tvm_pool.cli.tune_report import relative_error
 from tvm_pool.errors import TvmPoolError
 
 from . import timing
 from .peers import TVM_ERRORS, openvino_config, ort_session, runtime_errors
-from .summary import short_reason
+from .summary import geomean, short_reason
 
 # The classic CNNs (issue 38), as torchvision builder names with their input size.
 MODELS = {
@@ -52,6 +54,7 @@ OTHER_DEPTHS = {name: 224 for name in ("resnet34", "resnet101", "resnet152", "vg
 BUILD_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": True},
                 "inception_v3": {"aux_logits": False, "init_weights": True}}
 PEERS = ("tvm_pool", "tvm_pool_export", "onnxruntime", "openvino", "torch", "tvm")
+ROADS = ("tvm_pool", "tvm_pool_export")  # tvm_pool's peers: the ONNX road and the torch.export road
 REFERENCE = "onnxruntime"  # the peer tvm_pool's latency is compared with
 RTOL = 1e-4
 ROUNDS = 3
@@ -94,14 +97,6 @@ def onnx_model(module, x):
     return model
 
 
-def relative_error(got, want) -> float:
-    """``max|got - want| / max|want|`` (inf when the shapes differ)."""
-    got, want = np.asarray(got, dtype="float64"), np.asarray(want, dtype="float64")
-    if got.shape != want.shape:
-        return float("inf")
-    return float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) or 1.0))
-
-
 def _tvm_runner(ex, x):
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import relax  # pylint: disable=import-outside-toplevel
@@ -116,13 +111,43 @@ def _tvm_runner(ex, x):
     return run
 
 
-def start(peer: str, module, x, model, threads: int):
+@dataclass
+class Subject:
+    """One model as every peer takes it: the torch module and its input, its ONNX export, and
+    tvm_pool's Relax module on each road (:data:`ROADS`), imported once (the exception that
+    stopped an import in its place)."""
+
+    module: object
+    x: object
+    onnx: object
+    relax: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, module, x) -> "Subject":
+        subject = cls(module, x, onnx_model(module, x))
+        for road in ROADS:
+            try:
+                subject.relax[road] = relax_module(road, subject)
+            except _errors(road) as err:
+                subject.relax[road] = err
+        return subject
+
+    def relax_for(self, road: str):
+        """The road's Relax module; raises what stopped its import."""
+        mod = self.relax[road]
+        if isinstance(mod, Exception):
+            raise mod
+        return mod
+
+
+def start(peer: str, subject: Subject, threads: int):
     """(run, a call returning the output as a NumPy array, compile seconds or None) of ``peer``;
     raises the peer's runtime errors (:func:`_errors`) where it cannot run the model."""
+    module, x, model = subject.module, subject.x, subject.onnx
     xn = x.numpy()
-    if peer in ("tvm_pool", "tvm_pool_export", "tvm"):
+    if peer in (*ROADS, "tvm"):
         begin = time.perf_counter()
-        ex = _tvm_build(peer, module, x, model)
+        ex = _tvm_build(peer, subject)
         compile_s = time.perf_counter() - begin
         run = _tvm_runner(ex, xn)
         return run, lambda: run().numpy(), compile_s
@@ -147,7 +172,7 @@ def start(peer: str, module, x, model, threads: int):
     return run_torch, lambda: run_torch().numpy(), None
 
 
-def _tvm_build(peer: str, module, x, model):
+def _tvm_build(peer: str, subject: Subject):
     """The executable of a TVM peer: stock TVM's ONNX road, or tvm_pool's (with the shipped logs)."""
     import tvm  # pylint: disable=import-outside-toplevel
 
@@ -157,21 +182,21 @@ def _tvm_build(peer: str, module, x, model):
     if peer == "tvm":
         from tvm.relax.frontend.onnx import from_onnx  # pylint: disable=import-outside-toplevel
 
-        return tvm.compile(from_onnx(model), target=host_target())
-    return tvm_pool.compile(relax_module(peer, module, x, model), target="host")
+        return tvm.compile(from_onnx(subject.onnx), target=host_target())
+    return tvm_pool.compile(subject.relax_for(peer), target="host")
 
 
-def relax_module(peer: str, module, x, model):
-    """tvm_pool's Relax module of the model on ``peer``'s road (ONNX or torch.export)."""
+def relax_module(road: str, subject: Subject):
+    """tvm_pool's Relax module of the model on ``road`` (ONNX or torch.export)."""
     import tvm_pool  # pylint: disable=import-outside-toplevel
 
-    if peer == "tvm_pool_export":
+    if road == "tvm_pool_export":
         import torch  # pylint: disable=import-outside-toplevel
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return tvm_pool.from_exported_program(torch.export.export(module, (x,)))
-    return tvm_pool.from_onnx(model)
+            return tvm_pool.from_exported_program(torch.export.export(subject.module, (subject.x,)))
+    return tvm_pool.from_onnx(subject.onnx)
 
 
 def _errors(peer: str) -> tuple:
@@ -181,20 +206,20 @@ def _errors(peer: str) -> tuple:
     return runtime_errors(peer)
 
 
-def coverage(module, x, model) -> dict:
+def coverage(subject: Subject) -> dict:
     """tvm_pool's tuning coverage of the model on both roads: ``{road: {"kernels", "untuned",
     "untuned_share"}}`` (:func:`tvm_pool.tuning.lookup.coverage`, shipped logs only)."""
     from tvm_pool.targets import resolve_target  # pylint: disable=import-outside-toplevel
     from tvm_pool.tuning.lookup import coverage as lookup  # pylint: disable=import-outside-toplevel
 
     out = {}
-    for peer in ("tvm_pool", "tvm_pool_export"):
+    for road in ROADS:
         try:
-            c = lookup(relax_module(peer, module, x, model), resolve_target("host"))
-        except _errors(peer) as err:
-            out[peer] = {"error": short_reason(err)}
+            c = lookup(subject.relax_for(road), resolve_target("host"))
+        except _errors(road) as err:
+            out[road] = {"error": short_reason(err)}
             continue
-        out[peer] = {"kernels": c.kernels, "untuned": c.untuned, "untuned_share": c.untuned_share}
+        out[road] = {"kernels": c.kernels, "untuned": c.untuned, "untuned_share": c.untuned_share}
     return out
 
 
@@ -227,16 +252,15 @@ def run_model(name: str, threads: int, peers=PEERS, builder=None) -> dict:
     import torch  # pylint: disable=import-outside-toplevel
 
     torch.set_num_threads(threads)
-    module, x = (builder or build)(name)
-    model = onnx_model(module, x)
+    subject = Subject.of(*(builder or build)(name))
     with torch.no_grad():
-        want = module(x).numpy()
-    row = {"model": name, "input": list(x.shape), "ms": {}, "na": {}, "error": {}, "compile_s": {},
-           "coverage": coverage(module, x, model)}
+        want = subject.module(subject.x).numpy()
+    row = {"model": name, "input": list(subject.x.shape), "ms": {}, "na": {}, "error": {}, "compile_s": {},
+           "coverage": coverage(subject)}
     runners = {}
     for peer in peers:
         try:
-            run, output, compile_s = start(peer, module, x, model, threads)
+            run, output, compile_s = start(peer, subject, threads)
             err = relative_error(output(), want)
         except ImportError as e:
             row["na"][peer] = f"not installed ({short_reason(e)})"
@@ -254,7 +278,7 @@ def run_model(name: str, threads: int, peers=PEERS, builder=None) -> dict:
     samples = take_turns(runners, row["na"])
     row["ms"] = {peer: timing.median_ms(s) for peer, s in samples.items() if s}
     ref = row["ms"].get(REFERENCE)
-    for peer in ("tvm_pool", "tvm_pool_export"):
+    for peer in ROADS:
         if ref and peer in row["ms"]:
             row[f"{peer}_vs_{REFERENCE}"] = row["ms"][peer] / ref
     print(f"[{threads}t] {name}: " + ", ".join(f"{p} {t:.2f}ms" for p, t in row["ms"].items()), file=sys.stderr,
@@ -264,12 +288,10 @@ def run_model(name: str, threads: int, peers=PEERS, builder=None) -> dict:
 
 def run_threads(threads: int, only=None) -> dict:
     """Every model (or those ``only`` names) at ``threads`` threads."""
-    from .summary import geomean  # pylint: disable=import-outside-toplevel
-
     names = [n for n in [*MODELS, *OTHER_DEPTHS] if n in only] if only else list(MODELS)
     rows = [run_model(n, threads) for n in names]
     summary = {}
-    for peer in ("tvm_pool", "tvm_pool_export"):
+    for peer in ROADS:
         ratios = [r[f"{peer}_vs_{REFERENCE}"] for r in rows if f"{peer}_vs_{REFERENCE}" in r]
         summary[peer] = {"geomean_vs_reference": geomean(ratios), "worst": max(ratios, default=None),
                          "n": len(ratios)}

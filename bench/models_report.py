@@ -6,6 +6,8 @@ peer's latency over onnxruntime's, per model), under ``bench/results`` unless to
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .models import PEERS, REFERENCE
@@ -97,7 +99,5 @@ def plot(results: list[dict], path: str) -> None:
 def write(results: list[dict], output_dir: str) -> str:
     """Writes models.json, models.md and (with matplotlib) models.png under ``output_dir``;
     returns the markdown."""
-    import os  # pylint: disable=import-outside-toplevel
-
     os.makedirs(output_dir, exist_ok=True)
     return _write_set(output_dir, "models", results, to_markdown(results), plot)

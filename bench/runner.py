@@ -281,8 +281,9 @@ def main(argv=None) -> int:
         return cuda.main(args)
     repeat = args.repeat or (15 if args.quick else 50)
     only = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
+    threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.models:
-        return _main_models(args, only)
+        return _main_models(args, threads, only)
     with_layers = args.layers or bool(only and LAYERS in only)
     if only:
         only.discard(LAYERS)
@@ -297,7 +298,6 @@ def main(argv=None) -> int:
         where = "bench/layers.json" if with_layers else "bench/workloads.py; nhwc: the channel-last ones"
         print(f"--only: unknown workload(s) {', '.join(unknown)} (see {where})", file=sys.stderr)
         return 2
-    threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.child:
         if with_layers:
             from . import layers  # pylint: disable=import-outside-toplevel
@@ -337,7 +337,7 @@ def _run_children(threads: list, flags: list, only, what: str) -> list | None:
     return results
 
 
-def _main_models(args, only) -> int:
+def _main_models(args, threads: list, only) -> int:
     """``--models``: one child process per thread count (``--child --models``), then the report."""
     from . import models  # pylint: disable=import-outside-toplevel
 
@@ -345,7 +345,6 @@ def _main_models(args, only) -> int:
         allowed = ", ".join([*models.MODELS, *models.OTHER_DEPTHS])
         print(f"--only: unknown model(s) {', '.join(unknown)}; allowed: {allowed}", file=sys.stderr)
         return 2
-    threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
     if args.child:
         print(json.dumps(models.run_threads(threads[0], only)))
         return 0

@@ -29,7 +29,7 @@ import tvm_pool
 from tvm_pool import tuning
 from tvm_pool.errors import TvmPoolError
 from tvm_pool.targets import resolve_target
-from tvm_pool.tuning.logs import GZIP_SUFFIX, TVM_ERRORS, expand_gzipped
+from tvm_pool.tuning.logs import GZIP_SUFFIX, TVM_ERRORS, expand_gzipped, mean_secs
 
 from .report import RESULTS_DIR
 from .workloads import build_model, make_input, workloads
@@ -211,7 +211,7 @@ def merge_search_records(src: str, dst: str, source: str) -> int:
     for record in old.get_all_tuning_records():
         if tuning.is_pooling(record.workload.mod) or not record.run_secs:
             continue
-        secs = sum(float(t) for t in record.run_secs) / len(record.run_secs)
+        secs = mean_secs(record.run_secs)
         key = tvm_ffi.structural_hash(record.workload.mod)
         if key not in best or secs < best[key][0]:
             best[key] = (secs, record)

@@ -61,8 +61,8 @@ def test_every_peer_is_checked_then_timed(quick_turns):
 def test_a_peer_with_wrong_outputs_is_not_timed(monkeypatch, quick_turns):
     real = models.start
 
-    def start(peer, module, x, model, threads):
-        run, output, compile_s = real(peer, module, x, model, threads)
+    def start(peer, subject, threads):
+        run, output, compile_s = real(peer, subject, threads)
         return (run, (lambda: output() + 1.0), compile_s) if peer == "onnxruntime" else (run, output, compile_s)
 
     monkeypatch.setattr(models, "start", start)

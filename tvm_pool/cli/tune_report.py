@@ -67,16 +67,24 @@ def _onnxruntime_ms(onnx_path: str | None, arrays, threads: int) -> tuple[float 
     return _median_ms(lambda: session.run(None, feed)), ""
 
 
+def relative_error(got, want) -> float:
+    """``max|got - want| / max|want|`` (``want``'s largest magnitude taken as 1 when it is 0;
+    inf when the shapes differ): how far a whole model's output is from the reference's."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    got, want = np.asarray(got, dtype="float64"), np.asarray(want, dtype="float64")
+    if got.shape != want.shape:
+        return float("inf")
+    return float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) or 1.0))
+
+
 def compare(mod, target, log_dir: str, onnx_path: str | None, threads: int) -> str:
     """The closing line of ``tune`` (see the module docstring); where the tuned outputs differ
     from the untuned ones beyond :data:`RTOL`, that is said first."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-
     arrays = _inputs(mod)
     untuned_ms, want = _tvm_latency(mod, target, arrays, None)
     tuned_ms, got = _tvm_latency(mod, target, arrays, [log_dir])
-    worst = max((float(np.max(np.abs(g.astype("float64") - w) / (np.max(np.abs(w)) or 1.0)))
-                 for g, w in zip(got, want) if g.dtype.kind == "f" and g.size), default=0.0)
+    worst = max((relative_error(g, w) for g, w in zip(got, want) if g.dtype.kind == "f" and g.size), default=0.0)
     line = (f"latency ({threads} thread(s), median): without this log {untuned_ms:.3f} ms, with it {tuned_ms:.3f} ms "
             f"({untuned_ms / tuned_ms:.2f}x)")
     ort_ms, note = _onnxruntime_ms(onnx_path, arrays, threads)

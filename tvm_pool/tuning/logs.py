@@ -18,6 +18,7 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import warnings
 from dataclasses import dataclass, field
 
@@ -180,20 +181,15 @@ def log_file(log_dir: str, name: str) -> str:
     return path + GZIP_SUFFIX if not os.path.exists(path) and os.path.exists(path + GZIP_SUFFIX) else path
 
 
-def expand_gzipped(log_dir: str) -> list[str]:
+def expand_gzipped(log_dir: str) -> None:
     """Decompress the gzipped database files of ``log_dir`` that have no plain twin, in place
     (MetaSchedule's JSONDatabase reads and appends plain files: a log tuned further must be
-    plain first). Returns the plain paths written."""
-    import shutil  # pylint: disable=import-outside-toplevel
-
-    written = []
+    plain first)."""
     for name in (WORKLOAD_FILE, RECORD_FILE):
         path = os.path.join(log_dir, name)
         if os.path.exists(path + GZIP_SUFFIX) and not os.path.exists(path):
             with gzip.open(path + GZIP_SUFFIX, "rb") as src, open(path, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-            written.append(path)
-    return written
 
 
 def _json_lines(path: str):
