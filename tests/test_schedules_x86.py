@@ -348,6 +348,25 @@ def test_fused_relu_before_add_after():
     _check(mod, shape, "float32")
 
 
+def test_fused_long_global_average_sums_by_halving():
+    """Relu -> global average over a 56x56 plane (3136 taps: vector partial sums) -> Add (FuseOps
+    fuses the Add into the pool's PrimFunc): the partial sums are added up by halving vector adds
+    (a second rfactor), and the result is the unscheduled one within the rounding of a
+    reassociated float sum."""
+    shape = [2, 6, 56, 56]
+    mod = _module(shape, "float32", lambda bb, x: relax_ops.global_pool(bb, x, "avg"),
+                  prologue=relax.op.nn.relu, epilogue=lambda y: relax.op.add(y, relax.const(1.5, "float32")))
+    fused = tvm_pool.lowering.fuse(mod, RUN)
+    (func,) = [f for gv, f in fused.functions_items() if gv.name_hint == "fused_tvm_pool_global_avg_pool_add"]
+    with RUN:
+        sch = x86.Pool().apply(func, RUN, False)
+    assert sch is not None and "_rf_1" in sch.mod["main"].script()
+    x = _data(shape, "float32")
+    want = _run(mod, x, RUN, schedule=False)[0]
+    got = _run(mod, x, RUN, schedule=True)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_tvm_relax_pool_ops_and_avx2():
     """TVM's own relax.nn pools (legalized to tvm_pool computes), on an AVX2 target."""
     shape = [1, 4, 12, 12]
