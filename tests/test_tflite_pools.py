@@ -327,9 +327,13 @@ def test_pools_are_channel_last_computes_with_the_activation_fused():
         text = mod.script()
         assert "permute_dims" not in text and "transpose" not in text
         funcs = {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
-        assert sorted(funcs) == ["tvm_pool_tflite_avg_pool", "tvm_pool_tflite_l2_pool"]
-        for func in funcs.values():  # one PrimFunc each: the pool in NHWC and its activation
-            assert '"tvm_pool.layout": "channel_last"' in func.script() and "fused_activation" in func.script()
+        # the int8 average: one PrimFunc, the pool in NHWC and its activation; L2: Relax's NHWC
+        # average between a square and a square root, and the activation (legalized per target)
+        assert sorted(funcs) == ["tvm_pool_tflite_activation", "tvm_pool_tflite_avg_pool"]
+        avg = funcs["tvm_pool_tflite_avg_pool"].script()
+        assert '"tvm_pool.layout": "channel_last"' in avg and "fused_activation" in avg
+        main = mod["main"].script()
+        assert main.count("R.multiply") == 1 and main.count("R.sqrt") == 1 and 'layout="NHWC"' in main
     assert tvm_pool.from_tflite is not None and "from_tflite" in tvm_pool.__all__
 
 
@@ -511,13 +515,14 @@ def test_missing_tflite_package(monkeypatch):
         tvm_pool.from_tflite(b"")
 
 
-def test_max_and_float_average_take_the_targets_form():
+def test_max_float_average_and_l2_take_the_targets_form():
     """MAX_POOL_2D (every type) and float AVERAGE_POOL_2D import as Relax's own NHWC pools, so
     tvm_pool.compile builds their compute for the target it compiles for: on aarch64 the
     channel-last passes (a first pass block), on x86 one expression of every tap (one block);
     the fused activation follows as its own function, which Relax's fusion joins to the pool.
-    Integer averages (TFLite's rounding) and L2 stay tvm_pool's computes built at import. The
-    outputs match LiteRT's (the differential tests; here, a RELU6 max on x86)."""
+    L2 imports as Relax's NHWC average between a square and a square root, and takes the
+    target's form too. Integer averages (TFLite's rounding) stay tvm_pool's computes built at
+    import. The outputs match LiteRT's (the differential tests; here, on x86)."""
     from tvm import relax
 
     from tvm_pool import lowering
@@ -529,12 +534,13 @@ def test_max_and_float_average_take_the_targets_form():
         PoolCase("AVERAGE_POOL_2D", (1, 12, 12, 8), (3, 3), (1, 1), "SAME", "NONE"),
         PoolCase("MAX_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "SAME", "NONE", "int8", q, q),
         PoolCase("AVERAGE_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "SAME", "NONE", "int8", q, q),
+        PoolCase("L2_POOL_2D", (1, 12, 12, 8), (3, 3), (2, 2), "VALID", "RELU"),
     )
     mod = tvm_pool.from_tflite(content)
     text = mod["main"].script()
-    assert text.count("R.nn.max_pool2d") == 2 and text.count("R.nn.avg_pool2d") == 1, text
+    assert text.count("R.nn.max_pool2d") == 2 and text.count("R.nn.avg_pool2d") == 2, text
     prims = sorted(gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc))
-    assert prims == ["tvm_pool_tflite_activation", "tvm_pool_tflite_avg_pool"], prims
+    assert prims == ["tvm_pool_tflite_activation", "tvm_pool_tflite_activation1", "tvm_pool_tflite_avg_pool"], prims
 
     def pass_blocks(target):
         legal = relax.transform.LegalizeOps(lowering.legalize_map(resolve_target(target)))(mod)
@@ -542,9 +548,13 @@ def test_max_and_float_average_take_the_targets_form():
         return [s.count('sblock("max_pool_pass0")') for s in scripts]
 
     assert pass_blocks("arm") == [1, 1] and pass_blocks("x86") == [0, 0]
+    sum_passes = {t: [f.script().count('sblock("avg_pool_sum_pass0")') for gv, f in relax.transform.LegalizeOps(
+        lowering.legalize_map(resolve_target(t)))(mod).functions_items() if gv.name_hint.startswith("tvm_pool_avg_pool2d")]
+        for t in ("arm", "x86")}
+    assert sum_passes == {"arm": [1, 1], "x86": [0, 0]}, sum_passes  # the float average and L2's
     x = np.random.default_rng(0).standard_normal((1, 12, 12, 8)).astype("float32") * 8
     xi = np.random.default_rng(1).integers(-128, 127, (1, 12, 12, 8)).astype("int8")
-    got = run_vm(compile_model(content), [x, x, xi, xi])
-    want = run_litert(content, [x, x, xi, xi], "builtin")
+    got = run_vm(compile_model(content), [x, x, xi, xi, x])
+    want = run_litert(content, [x, x, xi, xi, x], "builtin")
     for i, g in enumerate(got):
         np.testing.assert_allclose(g, want[f"y{i}"], rtol=1e-6, atol=1e-6)

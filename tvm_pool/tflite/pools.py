@@ -14,9 +14,10 @@ Exactly as LiteRT's builtin kernels compute them (docs/conformance.md, section "
 - L2_POOL_2D is ``sqrt(sum of squares / count of data taps)``, float32 only (as in LiteRT).
 
 Each converter takes the operator converter (for the model's tensors and its BlockBuilder)
-and the TFLite operator, and returns the Relax call of one PrimFunc, or, for a max pool and a
-float average, Relax's own NHWC pool and its activation, which ``tvm_pool.compile`` legalizes
-with the same compute in the form the target measured best.
+and the TFLite operator, and returns the Relax call of one PrimFunc (integer averages), or, for
+max, float average and L2 pools, Relax's own NHWC pool (L2: between a square and a square root)
+and its activation, which ``tvm_pool.compile`` legalizes with the same compute in the form the
+target measured best.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def convert_pool(converter, op, kind: str):
         bounds = formulas.float_activation_bounds(attrs.activation)
     data = converter.get_expr(tensors.data.tensor_idx)
     kernel, strides = list(attrs.filter_hw), list(attrs.stride_hw)
-    if kind == "max" or (kind == "avg" and tensors.dtype in _FLOAT_TYPES):
+    if kind in ("max", "l2") or tensors.dtype in _FLOAT_TYPES:
         return _relax_pool(converter.bb, data, kind, kernel, strides, pads, bounds)
     return converter.bb.call_te(
         pool_te, data, kind=kind, kernel=kernel, strides=strides, pads=pads,
@@ -184,27 +185,33 @@ def convert_pool(converter, op, kind: str):
 
 
 def _relax_pool(bb, data, kind: str, kernel, strides, pads, bounds):
-    """A max pool, or a float average, as Relax's own NHWC pool: ``tvm_pool.compile`` legalizes
-    it with tvm_pool's compute for the target it builds for (``lowering.legalize_map``), so the
-    compute's form is the one the target's schedule measured best (on aarch64 the channel-last
-    passes, on x86 the clamped taps), where a compute built here, at import, has no target. The
-    same compute as :func:`pool_te`'s (pads in the same order, excluded from the average's
-    count), and the fused activation after it, which Relax's fusion joins to the pool."""
+    """A max pool, a float average or an L2 pool as Relax's own NHWC pool: ``tvm_pool.compile``
+    legalizes it with tvm_pool's compute for the target it builds for
+    (``lowering.legalize_map``), so the compute's form is the one the target's schedule measured
+    best (on aarch64 the channel-last passes, on x86 the clamped taps or one expression of every
+    tap), where a compute built here, at import, has no target. The same compute as
+    :func:`pool_te`'s (pads in the same order, excluded from the average's count; L2: the
+    square before and the square root after the average), and the fused activation after it,
+    all of which Relax's fusion joins to the pool."""
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
     nn = relax.op.nn
     if kind == "max":
         pooled = bb.emit(nn.max_pool2d(data, kernel, strides, pads, layout="NHWC"))
     else:
-        pooled = bb.emit(nn.avg_pool2d(data, kernel, strides, pads, layout="NHWC", count_include_pad=False))
+        taps = bb.emit(relax.op.multiply(data, data)) if kind == "l2" else data
+        pooled = bb.emit(nn.avg_pool2d(taps, kernel, strides, pads, layout="NHWC", count_include_pad=False))
+        if kind == "l2":
+            pooled = bb.emit(relax.op.sqrt(pooled))
     if bounds is None:
         return pooled
     return bb.call_te(clamp, pooled, bounds, primfunc_name_hint="tvm_pool_tflite_activation")
 
 
 def pool_te(data: te.Tensor, *, kind: str, kernel, strides, pads, bounds):
-    """The TE of a TFLite integer average or L2 pool on NHWC ``data`` (see the module
-    docstring; max pools and float averages are Relax's own pools, :func:`_relax_pool`)."""
+    """The TE of a TFLite pool on NHWC ``data`` (see the module docstring). The importer takes
+    it for integer averages only; max, float average and L2 pools import as Relax's own pools
+    (:func:`_relax_pool`), which legalize to this same compute in the target's form."""
     if kind == "avg":
         out = compute.avg_pool(data, kernel, strides, None, pads, layout="NHWC", int_rounding="half_away_from_zero")
     else:
