@@ -1,0 +1,124 @@
+"""Inference batch norms folded into their convolutions (``tvm_pool.batch_norm_fold``): every road
+gives the TorchScript ONNX export's kernels, so the shipped logs cover torch.export models; a
+batch norm the fold would not compute exactly (training statistics, no gamma or beta, another
+axis or layout, weights that are inputs) stays Relax's."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")  # PyTorch builds the models and is the oracle
+import torch  # noqa: E402
+import tvm  # noqa: E402
+import tvm_ffi  # noqa: E402
+from tvm import relax  # noqa: E402
+
+import tvm_pool  # noqa: E402
+from tvm_pool import lowering  # noqa: E402
+from tvm_pool.batch_norm_fold import fold_batch_norm  # noqa: E402
+from tvm_pool.tuning.lookup import is_pooling  # noqa: E402
+from helpers import compile_vm  # noqa: E402
+
+
+class ConvBnNet(torch.nn.Module):
+    """Conv -> BN -> ReLU -> 3x3 s2 max -> (1x1 conv with bias -> BN) + a branch, grouped conv -> BN."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.conv2 = torch.nn.Conv2d(8, 8, 1)
+        self.bn2 = torch.nn.BatchNorm2d(8, eps=1e-3)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.bn3 = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        return torch.relu(self.bn3(self.dw(self.bn2(self.conv2(y)) + y)))
+
+
+def _net(seed: int = 0):
+    torch.manual_seed(seed)
+    net = ConvBnNet()
+    with torch.no_grad():
+        for bn in (net.bn1, net.bn2, net.bn3):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.2, 2)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    return net.eval()
+
+
+def _exported(net, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tvm_pool.from_exported_program(torch.export.export(net, (x,)))
+
+
+def _kernels(mod) -> set:
+    """Structural hashes of the fused PrimFuncs tuning sees, pooling left out."""
+    fused = lowering.fuse(mod, "host")
+    return {tvm_ffi.structural_hash(f.without_attr("global_symbol")) for _, f in fused.functions_items()
+            if isinstance(f, tvm.tirx.PrimFunc) and not is_pooling(f)}
+
+
+def test_torch_export_matches_torch_with_every_batch_norm_folded():
+    net, x = _net(), torch.randn(2, 3, 20, 20)
+    mod = _exported(net, x)
+    assert mod.script().count("R.nn.batch_norm") == 3
+    folded = fold_batch_norm()(mod)
+    assert "R.nn.batch_norm" not in folded.script()
+    got = compile_vm(mod)["main"](tvm.runtime.tensor(x.numpy()))
+    got = got if hasattr(got, "numpy") else got[0]
+    np.testing.assert_allclose(got.numpy(), net(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_export_gives_the_torchscript_onnx_exports_kernels():
+    """The fold is the TorchScript exporter's: the convolutions' fused kernels of both roads are
+    the same PrimFuncs, so a record tuned on one serves the other."""
+    from tvm_pool.bench.models import onnx_model
+
+    net, x = _net(1), torch.randn(1, 3, 20, 20)
+    exported, onnx_road = _kernels(_exported(net, x)), _kernels(tvm_pool.from_onnx(onnx_model(net, x)))
+    assert exported == onnx_road and len(exported) >= 3
+
+
+def _bn_module(*, training=False, center=True, scale=True, axis=1, layout="NCHW", weight_const=True):
+    """conv2d -> batch_norm, hand-built; every batch-norm parameter a constant."""
+    rng = np.random.default_rng(0)
+    shape = (1, 4, 6, 6) if layout == "NCHW" else (1, 6, 6, 4)
+    const = lambda *s: relax.const(rng.uniform(0.5, 1.5, s).astype("float32"))  # noqa: E731
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    w = relax.Var("w", relax.TensorType((4, 4, 3, 3), "float32"))
+    params = [x] if weight_const else [x, w]
+    with bb.function("main", params):
+        with bb.dataflow():
+            weight = const(4, 4, 3, 3) if weight_const else w
+            conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1, data_layout=layout, out_layout=layout))
+            bn = bb.emit(relax.op.nn.batch_norm(conv, const(4), const(4), const(4), const(4), axis=axis if layout == "NCHW" else 3,
+                                                center=center, scale=scale, training=training))
+            out = bb.emit_output(relax.TupleGetItem(bn, 0))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"training": True}, {"center": False}, {"scale": False}, {"layout": "NHWC"}, {"weight_const": False},
+], ids=["training", "no_center", "no_scale", "nhwc", "weight_input"])
+def test_batch_norms_the_fold_would_not_compute_exactly_stay(kwargs):
+    mod = _bn_module(**kwargs)
+    assert fold_batch_norm()(mod).script().count("R.nn.batch_norm") == 1
+
+
+def test_hand_built_fold_matches_the_batch_norm():
+    mod = _bn_module()
+    assert "R.nn.batch_norm" not in fold_batch_norm()(mod).script()
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype("float32")
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    got = compile_vm(mod)["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
