@@ -245,18 +245,27 @@ def to_markdown(rows: list[dict], summary: dict) -> str:
         "Lower bound: bytes moved / 16 (one 128-bit NEON load or store per 16 bytes).",
         "**Emulated instruction counts are not hardware time; ARM timings on a real board are still to be taken.**",
         "",
-        "| workload | dtype | tvm_pool M | stock TVM M | lower bound M | tvm_pool / stock | tvm_pool / bound | per output (tvm_pool) | outputs match ORT |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Operation floor: the fewest NEON instructions the row's form needs (loads and stores of the data and",
+        "of what a pass leaves for the next, 32 bytes an instruction; one max, add or select per vector;",
+        "counted in `bench/arm_floor.py`, loop control left out). Rows above 1.5x their floor are explained",
+        "below the table.",
+        "",
+        "| workload | dtype | tvm_pool M | stock TVM M | lower bound M | operation floor M (form) | tvm_pool / stock | "
+        "tvm_pool / bound | tvm_pool / floor | per output (tvm_pool) | outputs match ORT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         stock = _m(r["tvm"]) if r["tvm"] else f"n/a ({r.get('tvm_error', '')[:60]})"
         ratio = f"{r['ratio']:.2f}x" if r.get("ratio") else "n/a"
         bound = f"{r['vs_lower_bound']:.1f}x" if r.get("vs_lower_bound") else "n/a"
+        floor = f"{_m(r['floor'])} ({r['floor_form']})" if r.get("floor") else "n/a"
+        vs_floor = f"{r['vs_floor']:.2f}x" if r.get("vs_floor") else "n/a"
         outs = r.get("outputs")
         per_out = f"{r['tvm_pool'] / outs:.2f}" if r["tvm_pool"] and outs else "n/a"
         match = "yes" if r.get("tvm_pool_match") else "NO"
-        lines.append(f"| {r['workload']} | {r['dtype']} | {_m(r['tvm_pool'])} | {stock} | {_m(r['lower_bound'])} | {ratio} | "
-                     f"{bound} | {per_out} | {match} |")
+        lines.append(f"| {r['workload']} | {r['dtype']} | {_m(r['tvm_pool'])} | {stock} | {_m(r['lower_bound'])} | {floor} | "
+                     f"{ratio} | {bound} | {vs_floor} | {per_out} | {match} |")
+    lines += _floor_gaps(rows)
     if summary["geomean_ratio"] is None:  # no workload stock TVM builds (e.g. --only maxpool_indices)
         vs_stock = "Geometric mean of tvm_pool / stock TVM: n/a (stock TVM builds none of these workloads)"
     else:
@@ -266,6 +275,34 @@ def to_markdown(rows: list[dict], summary: dict) -> str:
     lines += _channel_last_markdown(rows, summary)
     lines += ["", f"Machine: {summary['machine']}; {summary['qemu']}."]
     return "\n".join(lines) + "\n"
+
+
+def add_floors(rows: list[dict]) -> None:
+    """Each row's operation floor (``arm_floor.floor``), its form, tvm_pool over it, and for a
+    row above :data:`arm_floor.EXPLAIN_ABOVE` the explanation of its gap."""
+    from .arm_floor import EXPLAIN_ABOVE, GAPS, floor  # pylint: disable=import-outside-toplevel
+
+    by_name = {w.name: w for w in workloads(False)}
+    for r in rows:
+        f = floor(by_name[r["base"]], r.get("layout", "channel_first"))
+        r["floor"], r["floor_form"] = f.total, f.form
+        r["vs_floor"] = r["tvm_pool"] / f.total if r.get("tvm_pool") else None
+        if r["vs_floor"] and r["vs_floor"] > EXPLAIN_ABOVE:
+            r["floor_gap"] = GAPS.get(r["workload"], "not analysed yet: on the list")
+
+
+def _floor_gaps(rows: list[dict]) -> list[str]:
+    from .arm_floor import EXPLAIN_ABOVE  # pylint: disable=import-outside-toplevel
+
+    counted = [r for r in rows if r.get("vs_floor")]
+    if not counted:
+        return []
+    above = [r for r in counted if r.get("floor_gap")]
+    lines = ["", f"Within {EXPLAIN_ABOVE}x of the operation floor: {len(counted) - len(above)} of {len(counted)} rows."]
+    if above:
+        lines += ["", f"Rows above {EXPLAIN_ABOVE}x their floor, and why:", ""]
+        lines += [f"- {r['workload']} ({r['vs_floor']:.2f}x): {r['floor_gap']}" for r in above]
+    return lines
 
 
 def channel_last_summary(rows: list[dict]) -> dict:
@@ -304,16 +341,21 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", choices=("channel_first", "channel_last", "both"), default="both",
                         help="the workloads' input layout (channel_last: NWC/NHWC/NDHWC Relax modules)")
     parser.add_argument("--out-dir", default=RESULTS_DIR)
+    parser.add_argument("--report-only", metavar="JSON",
+                        help="no counting: the floors of a results file's rows (bench/arm_floor.py) added, its .md written again")
     args = parser.parse_args(argv)
     import subprocess  # pylint: disable=import-outside-toplevel
 
     from tvm_pool import emulation  # pylint: disable=import-outside-toplevel
 
+    if args.report_only:
+        return _report_only(Path(args.report_only))
     rows = measure(args.only, args.quick, layouts=LAYOUTS if args.layout == "both" else (args.layout,))
     for r in rows:
         w = next(w for w in workloads(False) if w.name == r["base"])
         model = build_model(w)
         r["outputs"] = int(np.prod([d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]))
+    add_floors(rows)
     first = [r for r in rows if r["layout"] == "channel_first"] or rows
     ratios = [r["ratio"] for r in first if r.get("ratio")]
     qemu = subprocess.run([emulation.QEMU, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -329,6 +371,17 @@ def main(argv=None) -> int:
     md = to_markdown(rows, summary)
     with open(os.path.join(args.out_dir, "arm.md"), "w") as fh:
         fh.write(md)
+    print(md)
+    return 0
+
+
+def _report_only(path: Path) -> int:
+    """``path`` (an arm.json) with its rows' floors added, and its markdown written next to it."""
+    data = json.loads(path.read_text())
+    add_floors(data["rows"])
+    path.write_text(json.dumps(data, indent=1))
+    md = to_markdown(data["rows"], data["summary"])
+    path.with_suffix(".md").write_text(md)
     print(md)
     return 0
 
