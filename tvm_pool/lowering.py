@@ -16,7 +16,7 @@ from tvm import relax
 from tvm.ir import Op
 
 from . import adaptive_legalize, compute
-from .batch_norm_fold import fold_batch_norm
+from .canonicalize import constants_last, fold_batch_norm
 from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
 from .targets import resolve_target
@@ -169,9 +169,9 @@ def fusion_passes(target: tvm.target.Target) -> list:
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
-    # inference batch norms into their convolutions first (tvm_pool.batch_norm_fold): every road
-    # then gives the kernels of the TorchScript ONNX export, which the shipped logs cover
-    passes = [fold_batch_norm(), relax.transform.LegalizeOps(customize_legalize_map=legalize_map(target))]
+    # one graph for every road first (tvm_pool.canonicalize): torch.export and both ONNX
+    # exporters then give the same kernels, which the shipped logs cover
+    passes = [fold_batch_norm(), constants_last(), relax.transform.LegalizeOps(customize_legalize_map=legalize_map(target))]
     passes += backend.library_dispatch_passes(target)
     passes += legalize[:first_default]
     # the family's rewrites of a pooling function before scheduling (aarch64: FMAX, whole-plane

@@ -1,4 +1,8 @@
-"""Inference batch norms folded into the convolution before them, on every road.
+"""One graph for every road: the rewrites that make a model's Relax module from ``torch.export`` or
+either ONNX exporter give the same kernels, so a tuning record made on one road serves the
+others. Both run first in ``lowering.fusion_passes`` (compile, tune and the coverage check).
+
+Inference batch norms folded into the convolution before them (:func:`fold_batch_norm`):
 
 A TorchScript ONNX export folds each eval-mode BatchNorm that follows a Conv into the Conv's
 weights and bias; ``torch.export`` and the dynamo ONNX exporter keep it as an operator. Relax
@@ -15,6 +19,11 @@ TVM's ``FoldBatchnormToConv2D`` does the same without looking at ``training``, `
 ``scale``, the axis or the data layout; this one folds only what it computes exactly as the
 batch norm does (to float32 rounding: the product is rounded once more, as ONNX Runtime's and
 OpenVINO's own folds do) and leaves every other batch norm to Relax's legalization.
+
+Constant operands of an add moved second (:func:`constants_last`): ``torch.export`` writes a
+linear layer as ``addmm(bias, x, W^T)``, which TVM imports as ``add(bias, matmul)``, where the
+ONNX exporters' Gemm gives ``add(matmul, bias)``; IEEE addition is commutative, so the swap
+changes no bit, and the classifier's kernel is the same on both roads.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
-__all__ = ["fold_batch_norm"]
+__all__ = ["constants_last", "fold_batch_norm"]
 
 
 def _pattern():
@@ -90,3 +99,25 @@ def fold_batch_norm() -> tvm.transform.Pass:
     """The pass that folds every foldable inference batch norm after a conv2d into it (see the
     module docstring), in every Relax function of a module."""
     return _FoldBatchNorm()
+
+
+@relax.transform.function_pass(opt_level=0, name="tvm_pool.constants_last")
+class _ConstantsLast:  # pylint: disable=too-few-public-methods
+    def transform_function(self, func, _mod, _ctx):
+        if func.attrs is not None and func.attrs.get("Primitive", 0):
+            return func
+        const, other = is_const(), wildcard()
+        pattern = is_op("relax.add")(const, other)
+
+        def rewrite(expr, matches):
+            if isinstance(matches[other], tvm.ir.expr.Constant):
+                return expr
+            return relax.op.add(matches[other], matches[const])
+
+        return rewrite_call(pattern, rewrite, func)
+
+
+def constants_last() -> tvm.transform.Pass:
+    """The pass that swaps ``add(constant, x)`` into ``add(x, constant)`` (see the module
+    docstring) in every Relax function of a module."""
+    return _ConstantsLast()
