@@ -497,6 +497,21 @@ def test_tune_comparison_notes(monkeypatch):
     assert ms is None and note == "onnxruntime: not installed, not compared (pip install onnxruntime)"
 
 
+@pytest.mark.parametrize("load, cores, busy", [(0.3, 2, False), (0.99, 2, False), (1.0, 2, True), (1.9, 2, True),
+                                               (3.9, 16, False), (8.0, 16, True)])
+def test_a_busy_machine_is_said_before_tuning(monkeypatch, load, cores, busy):
+    """A local tune on a machine where other jobs run (half a core per core, at least one) says so
+    in one line; an idle one says nothing."""
+    from tvm_pool.cli import tune as tune_cli  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(tune_cli.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    monkeypatch.setattr(tune_cli.os, "cpu_count", lambda: cores)
+    note = tune_cli.busy_note()
+    assert (note is not None) is busy
+    if busy:
+        assert "\n" not in note and note.startswith(f"note: this machine is busy (load average {load:.1f}")
+
+
 @pytest.mark.parametrize("target, here", [("host", True), ("x86", True), ("arm", False), ("cuda", False),
                                           ({"kind": "llvm", "mcpu": "cortex-a72", "mtriple": "aarch64-linux-gnu"}, False)])
 def test_tune_compares_only_where_the_target_runs_here(target, here):

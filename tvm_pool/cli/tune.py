@@ -94,6 +94,8 @@ def run(args) -> int:
         dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
         mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    if rpc is None and (busy := busy_note()):
+        print(busy, file=sys.stderr, flush=True)
     result = tvm_pool.tune(
         mod, target, trials=trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say,
         time_budget_s=budget_s,
@@ -113,6 +115,27 @@ def run(args) -> int:
         say("timing the model untuned and tuned (--no-compare skips this)")
         print(compare(mod, target, log_dir, None if program or tflite else args.model, runtime_threads()))
     return 0
+
+
+# A local tune measures on this machine: other jobs on it make the measurements noisy. With one
+# core of two taken, a pool's two-thread schedule waits for its descheduled worker (GoogLeNet's
+# 3x3 max over 1x512x14x14: 0.48 ms against 0.033 ms on one thread), so "threads: one" won
+# most pooling tasks and the convolutions' best candidates were timed high.
+BUSY_LOAD_PER_CORE = 0.5
+
+
+def busy_note() -> str | None:
+    """A one-line note when the last minute's load average says other jobs run here (at least
+    half a core's worth per core, and at least one), else None (or where there is no load average)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load < max(1.0, BUSY_LOAD_PER_CORE * cores):
+        return None
+    return (f"note: this machine is busy (load average {load:.1f} over the last minute on {cores} cores): other jobs make "
+            "tuning's measurements noisy, and a pool's one-thread schedule then often wins; tune on an idle machine")
 
 
 def _budget(args) -> tuple[int, float | None]:
