@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -70,6 +71,25 @@ def test_a_peer_with_wrong_outputs_is_not_timed(monkeypatch, quick_turns):
     assert "onnxruntime" not in row["ms"] and "tvm_pool" in row["ms"]
     assert row["na"]["onnxruntime"].startswith("wrong outputs (relative error")
     assert "tvm_pool_vs_onnxruntime" not in row
+
+
+def test_a_slow_peer_gets_one_call_a_turn_and_one_warm_up(monkeypatch, no_settle):
+    """A peer slower than a turn: a warm-up and MIN_CALLS timed calls in the first round (it is not
+    known to be slow yet), then one timed call a round and no warm-up; a fast one: a warm-up and
+    at least MIN_CALLS a round."""
+    monkeypatch.setattr(models, "ROUNDS", 3)
+    monkeypatch.setattr(models, "TURN_SECONDS", 0.01)
+    calls = {"slow": 0, "fast": 0}
+
+    def runner(name, secs):
+        def run():
+            calls[name] += 1
+            time.sleep(secs)
+        return run
+
+    samples = models.take_turns({"slow": runner("slow", 0.02), "fast": runner("fast", 0.0)}, {})
+    assert len(samples["slow"]) == models.MIN_CALLS + 2 and calls["slow"] == len(samples["slow"]) + 1
+    assert len(samples["fast"]) >= 3 * models.MIN_CALLS and calls["fast"] == len(samples["fast"]) + 3
 
 
 def test_relative_error():
