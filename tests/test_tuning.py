@@ -140,13 +140,17 @@ def test_the_time_budget_stops_the_search_through_tvm():
     from tvm.s_tir.meta_schedule.builder import BuilderResult  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.runner import RunnerResult  # pylint: disable=import-outside-toplevel
 
+    from tvm_pool.tuning.stop import Stop  # pylint: disable=import-outside-toplevel
+
     results = [tuning.TaskResult("conv", "search")]
     lines = []
+    stop = Stop(deadline=time.time() - 1)
+    stop.handed_out = 1  # one batch handed out, collected by this call
     callback, state = tuning.evolutionary._progress_callback(  # pylint: disable=protected-access
-        results, 8, lines.append, [(1.0, results[0])], deadline=time.time() - 1
+        results, 8, lines.append, [(1.0, results[0])], stop
     )
     scheduler = ms.task_scheduler.TaskScheduler.create("round-robin")
-    with pytest.raises(RuntimeError, match="time budget spent"):
+    with pytest.raises(RuntimeError, match=r"the search stopped \(time budget\)"):
         ms.measure_callback.MeasureCallback.apply(
             callback, scheduler, 0, [], [BuilderResult("x.so", None)], [RunnerResult([1e-3], None)]
         )
@@ -159,6 +163,49 @@ def test_the_time_budget_stops_the_search_through_tvm():
     assert tuning.evolutionary.model_estimate([(2.0, pool), (3.0, results[0]), (1.0, waiting)]) == (
         "; model 3.500 ms over 2/3 tasks measured")
     assert tuning.evolutionary.model_estimate([(1.0, waiting)]) == ""
+
+
+def test_a_stopped_search_fails_what_is_left_and_ends_when_nothing_is_outstanding(monkeypatch):
+    """Once the budget is spent (or Ctrl-C), the builder and the runner fail every candidate left
+    at once, and the progress callback ends the search only when every batch handed out has been
+    collected: MetaSchedule collects a round's batches one after the other, and the records of
+    those after a raise would be lost."""
+    import signal  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.tuning import measure  # pylint: disable=import-outside-toplevel
+    from tvm_pool.tuning.stop import INTERRUPTED, Stop  # pylint: disable=import-outside-toplevel
+
+    from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.runner import RunnerInput  # pylint: disable=import-outside-toplevel
+
+    stop = Stop(deadline=time.time() + 3600)
+    built = []
+
+    def fake_build(item, _fcompile):
+        built.append(item)
+        return BuilderResult("x.so", None)
+
+    monkeypatch.setattr(measure, "build_candidate", fake_build)
+    builder = measure.in_process_builder(None, stop)
+    item = BuilderInput(tvm.IRModule(), tvm.target.Target("llvm"))
+    assert [r.error_msg for r in builder.build([item, item])] == [None, None] and stop.handed_out == 1
+    stop.deadline = time.time() - 1
+    failed = builder.build([item, item, item])
+    assert len(built) == 2 and stop.handed_out == 2 and stop.reason == "time budget"
+    assert [r.error_msg for r in failed] == ["not built: the search stopped (time budget)"] * 3
+    runner = measure.make_runner(stop=stop)
+    (future,) = runner.run([RunnerInput("x.so", "cpu", [])])
+    assert future.result().error_msg == "not measured: the search stopped (time budget)"
+    assert not stop.may_raise() and stop.may_raise()  # two batches out: raise after the second
+    # Ctrl-C: the first stops the search, a second interrupts
+    stop = Stop()
+    with stop.on_interrupt():
+        signal.raise_signal(signal.SIGINT)
+        assert stop.check() == INTERRUPTED
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +269,41 @@ def test_tune_searches_convolutions(tmp_path):
     assert search.trials >= 4 and search.best_ms is not None
     assert any(l.startswith("[task 1/1]") and "trials" in l and "ETA" in l for l in lines), lines
     assert_applied(mod, str(tmp_path), TARGET)
+
+
+def _two_convs():
+    """x -> conv 3x3 (8 -> 16) -> relu -> conv 1x1 (16 -> 8): two search tasks."""
+    rng = np.random.default_rng(0)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 14, 14), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w1 = relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+            w2 = relax.const(rng.standard_normal((8, 16, 1, 1)).astype("float32"))
+            y = bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, w1, padding=1)))
+            out = bb.emit_output(relax.op.nn.conv2d(y, w2))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_the_budget_holds_in_the_first_round_and_keeps_its_records(tmp_path):
+    """MetaSchedule's first round hands every task a batch before it collects one; a budget spent
+    inside it stops the builds and runs left (they fail at once) and the round's measured
+    candidates still reach the log."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.tuning.logs import mean_secs  # pylint: disable=import-outside-toplevel
+
+    lines = []
+    begin = time.time()
+    result = tvm_pool.tune(_two_convs(), "host", trials=512, log_dir=str(tmp_path), source="two_convs",
+                           progress=lines.append, time_budget_s=2.0)
+    assert result.stopped == "time budget" and time.time() - begin < 60, (time.time() - begin, lines[-3:])
+    assert any(l.startswith("time budget of 2s reached: stopped after") for l in lines), lines[-3:]
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    measured = [r for r in db.get_all_tuning_records() if r.run_secs and not tuning.is_pooling(r.workload.mod)]
+    assert measured and all(mean_secs(r.run_secs) > 0 for r in measured)
+    assert len(measured) < 2 * 64  # the round (two batches of 64) was not measured whole
 
 
 def _copy(log_dir, tmp_path, name):
@@ -459,7 +541,7 @@ def test_cli_tune_minutes_is_the_search_budget(tmp_path, capsys, monkeypatch, ar
 
     def fake_tune(mod, target, **kwargs):
         seen.update(kwargs)
-        return types.SimpleNamespace(tasks=[], trials=0, seconds=1.0, emulated=None)
+        return types.SimpleNamespace(tasks=[], trials=0, seconds=1.0, emulated=None, stopped=None)
 
     monkeypatch.setattr(tvm_pool, "tune", fake_tune)
     model = pool_onnx(tmp_path / "pool.onnx")
@@ -497,19 +579,29 @@ def test_tune_comparison_notes(monkeypatch):
     assert ms is None and note == "onnxruntime: not installed, not compared (pip install onnxruntime)"
 
 
-@pytest.mark.parametrize("load, cores, busy", [(0.3, 2, False), (0.99, 2, False), (1.0, 2, True), (1.9, 2, True),
+@pytest.mark.parametrize("used, cores, busy", [(0.3, 2, False), (0.99, 2, False), (1.0, 2, True), (1.9, 2, True),
                                                (3.9, 16, False), (8.0, 16, True)])
-def test_a_busy_machine_is_said_before_tuning(monkeypatch, load, cores, busy):
-    """A local tune on a machine where other jobs run (half a core per core, at least one) says so
-    in one line; an idle one says nothing."""
+def test_a_busy_machine_is_said_before_tuning(monkeypatch, used, cores, busy):
+    """A local tune on a machine where other work keeps half the cores busy (at least one) says so
+    in one line; an idle one says nothing. The cores in use are sampled from /proc/stat."""
     from tvm_pool.cli import tune as tune_cli  # pylint: disable=import-outside-toplevel
 
-    monkeypatch.setattr(tune_cli.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    samples = iter([(1000, 500), (1000 + 100 * cores, 500 + 100 * (cores - used))])  # (total, idle) jiffies
+    monkeypatch.setattr(tune_cli, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(tune_cli, "SAMPLE_SECONDS", 0.0)
     monkeypatch.setattr(tune_cli.os, "cpu_count", lambda: cores)
     note = tune_cli.busy_note()
     assert (note is not None) is busy
     if busy:
-        assert "\n" not in note and note.startswith(f"note: this machine is busy (load average {load:.1f}")
+        assert "\n" not in note and note.startswith(f"note: this machine is busy ({used:.1f} of its {cores} cores")
+
+
+def test_busy_cores_falls_back_to_the_load_average(monkeypatch):
+    from tvm_pool.cli import tune as tune_cli  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(tune_cli, "_cpu_times", lambda: None)
+    monkeypatch.setattr(tune_cli.os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert tune_cli.busy_cores() == 1.5
 
 
 @pytest.mark.parametrize("target, here", [("host", True), ("x86", True), ("arm", False), ("cuda", False),

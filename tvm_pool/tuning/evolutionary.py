@@ -11,6 +11,7 @@ from ..targets import num_cores
 from . import intrin
 from .logs import mean_secs
 from .meta import TaskResult, fmt_ms, fmt_secs
+from .stop import INTERRUPTED, TIME_BUDGET, Stop
 
 SEARCH = dict(
     population_size=64,
@@ -39,8 +40,8 @@ class BatchCounter:
         self.total, self.start = total, time.time()
 
     def __call__(self, n: int) -> None:
-        if self.start is None:
-            return  # pooling candidates: reported per task
+        if self.start is None or n == 0:
+            return  # pooling candidates: reported per task; a batch the stopped search left unmeasured
         self.done += n
         elapsed = time.time() - self.start
         left = max(self.total - self.done, 0)
@@ -51,15 +52,16 @@ class BatchCounter:
 
 
 class _Stop(RuntimeError):
-    """Raised by the progress callback when the time budget is spent (TVM's FFI hands it back
-    from the search as a RuntimeError)."""
+    """Raised by the progress callback when the search has stopped (:mod:`.stop`; TVM's FFI hands
+    it back from the search as a RuntimeError)."""
 
 
 def search(plan, trials, builder, runner, database, say, results: list, *, counter: BatchCounter,
-           trials_per_iter: int | None = None, seed: int | None = 0) -> None:
-    """Search ``plan.search_tasks`` with ``trials`` measurements in all, until ``plan.deadline``.
-    Their TaskResults are appended to ``results`` first and filled in as batches are measured,
-    so an interrupted search leaves what it measured there (and in ``database``)."""
+           trials_per_iter: int | None = None, seed: int | None = 0, stop=None) -> None:
+    """Search ``plan.search_tasks`` with ``trials`` measurements in all, until ``stop`` fires (a
+    :class:`.stop.Stop`: ``plan.deadline`` passed, or Ctrl-C). Their TaskResults are appended to
+    ``results`` first and filled in as batches are measured, so a search stopped early leaves
+    what it measured there (and in ``database``)."""
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
     task_results = [TaskResult(task.task_name, "search") for task in plan.search_tasks]
@@ -73,26 +75,32 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
     contexts, weights = _contexts(plan, seed)
     pooled = [r for r in results if r.kind == "pool"]
     terms = [(float(task.weight), r) for (task, _), r in zip(plan.pool_tasks, pooled)] + list(zip(weights, task_results))
-    callback, state = _progress_callback(task_results, trials, say, terms, plan.deadline)
+    stop = stop or Stop(plan.deadline)
+    stop.begin_search()
+    callback, state = _progress_callback(task_results, trials, say, terms, stop)
     try:
-        ms.tune.tune_tasks(
-            tasks=contexts,
-            task_weights=weights,
-            work_dir=plan.log_dir,
-            max_trials_global=trials,
-            max_trials_per_task=None,
-            num_trials_per_iter=per_iter,
-            builder=builder,
-            runner=runner,
-            database=database,
-            cost_model=ms.cost_model.XGBModel(num_tuning_cores=num_cores(), tree_method="auto"),
-            measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), callback],
-            task_scheduler="gradient",
-        )
+        with stop.on_interrupt():
+            ms.tune.tune_tasks(
+                tasks=contexts,
+                task_weights=weights,
+                work_dir=plan.log_dir,
+                max_trials_global=trials,
+                max_trials_per_task=None,
+                num_trials_per_iter=per_iter,
+                builder=builder,
+                runner=runner,
+                database=database,
+                cost_model=ms.cost_model.XGBModel(num_tuning_cores=num_cores(), tree_method="auto"),
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), callback],
+                task_scheduler="gradient",
+            )
     except RuntimeError:
         if not state["stopped"]:
             raise
+    if stop.reason == TIME_BUDGET:
         say(f"time budget of {fmt_secs(plan.budget_s)} reached: stopped after {state['done']} trials")
+    elif stop.reason == INTERRUPTED:
+        say(f"interrupted: stopped after {state['done']} trials, every one measured kept")
 
 
 def _contexts(plan, seed) -> tuple[list, list]:
@@ -128,10 +136,11 @@ def model_estimate(terms: list) -> str:
     return f"; model {total:.3f} ms over {len(measured)}/{len(terms)} tasks measured"
 
 
-def _progress_callback(results: list, total: int, say, terms: list, deadline=None):
+def _progress_callback(results: list, total: int, say, terms: list, stop):
     """A measure callback printing a line per measured batch of a task (its trials and best
     time, the search's ETA, and the whole model's estimate :func:`model_estimate` over
-    ``terms``), and stopping the search at ``deadline``; and its state."""
+    ``terms``), and ending the search once ``stop`` has fired and every batch handed out is
+    collected (so in the database); and its state."""
     # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -157,8 +166,8 @@ def _progress_callback(results: list, total: int, say, terms: list, deadline=Non
                 f"best {fmt_ms(result.best_ms)}; {done}/{total} trials, {fmt_secs(elapsed)} elapsed, ETA {fmt_secs(eta)}"
                 + model_estimate(terms)
             )
-            if deadline is not None and time.time() >= deadline:
+            if stop.may_raise():
                 state["stopped"] = True
-                raise _Stop("time budget spent")
+                raise _Stop(f"the search stopped ({stop.reason})")
 
     return _Progress(), state

@@ -56,13 +56,13 @@ class Farm:
     when done. ``say`` gets a line when the devices under the key change; ``on_batch(n)`` is
     called when a batch of ``n`` candidates has been measured."""
 
-    def __init__(self, plan, say, on_batch=None, build_threads: int | None = None):
+    def __init__(self, plan, say, on_batch=None, build_threads: int | None = None, stop=None):
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig  # pylint: disable=import-outside-toplevel
 
         self.config = rpc_config(plan.rpc)
         self.evaluator = EvaluatorConfig(**EVALUATOR)
         self.fcompile, self.device_type = plan.fcompile, device_type(plan.target)
-        self.say, self.on_batch = say, on_batch
+        self.say, self.on_batch, self.stop = say, on_batch, stop
         self.devices = plan.devices
         self.grow = not (isinstance(plan.rpc, dict) and plan.rpc.get("workers"))  # one worker per device
         timeout = self.config.session_timeout_sec
@@ -103,6 +103,12 @@ class Farm:
     def build(self, inputs) -> list:
         """Build ``inputs`` (BuilderInputs) on the build threads; each built candidate starts
         being measured at once (``run`` then hands out that measurement)."""
+        from tvm.s_tir.meta_schedule.builder import BuilderResult  # pylint: disable=import-outside-toplevel
+
+        if self.stop is not None:
+            self.stop.handed_out += 1
+            if self.stop.check():  # the search stopped: the batch fails unbuilt (tuning.stop)
+                return [BuilderResult(None, self.stop.failed("built")) for _ in inputs]
         self._check_devices()
         pending = {self.builds.submit(build_candidate, item, self.fcompile): i for i, item in enumerate(inputs)}
         results = [None] * len(inputs)

@@ -62,28 +62,33 @@ def build_candidate(item, fcompile):
         return BuilderResult(None, f"InProcessBuilder: {short_error(err)}")
 
 
-def in_process_builder(fcompile):
+def in_process_builder(fcompile, stop=None):
     """A builder that builds in this process, one candidate after the other. MetaSchedule's
     LocalBuilder starts fresh worker processes for every batch, each importing TVM (7-11 s on a
     loaded 2-core machine), and its per-candidate timeout then counts the import: measured
     here, 6 pooling candidates took 140 s and all timed out at 30 s. Here one build of such a
     candidate takes 0.15 s + 0.2 s export. (The price: a build that hangs hangs the tuner;
-    TVM's builds of these schedules do not.)"""
+    TVM's builds of these schedules do not.) Once ``stop`` (a :class:`.stop.Stop`) has fired,
+    candidates fail unbuilt at once."""
     # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.builder import PyBuilder
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
     @derived_object
     class InProcessBuilder(PyBuilder):
         def build(self, build_inputs):  # noqa: D102
-            return [build_candidate(item, fcompile) for item in build_inputs]
+            if stop is not None:
+                stop.handed_out += 1
+            return [BuilderResult(None, stop.failed("built")) if stop is not None and stop.check()
+                    else build_candidate(item, fcompile) for item in build_inputs]
 
     return InProcessBuilder()
 
 
-def in_process_runner(evaluator_config, on_batch=None):
+def in_process_runner(evaluator_config, on_batch=None, stop=None):
     """A runner that loads and times each candidate in this process (see in_process_builder).
-    ``on_batch(n)`` is called after each batch of ``n`` candidates is measured."""
+    ``on_batch(n)`` is called after each batch of ``n`` candidates is measured; once ``stop``
+    has fired, candidates fail unmeasured at once."""
     # pylint: disable=import-outside-toplevel
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
@@ -106,7 +111,12 @@ def in_process_runner(evaluator_config, on_batch=None):
     class InProcessRunner(PyRunner):
         def run(self, runner_inputs):  # noqa: D102
             futures = []
+            skipped = 0
             for item in runner_inputs:
+                if stop is not None and stop.check():
+                    futures.append(done(RunnerResult(None, stop.failed("measured"))))
+                    skipped += 1
+                    continue
                 try:
                     rt_mod = tvm.runtime.load_module(item.artifact_path)
                     device = tvm.runtime.device(str(item.device_type), 0)
@@ -117,15 +127,15 @@ def in_process_runner(evaluator_config, on_batch=None):
                     logger.debug("candidate %s did not run: %s", item.artifact_path, err)
                     futures.append(done(RunnerResult(None, f"InProcessRunner: {short_error(err)}")))
             if on_batch is not None:
-                on_batch(len(runner_inputs))
+                on_batch(len(runner_inputs) - skipped)
             return futures
 
     return InProcessRunner()
 
 
-def make_runner(on_batch=None):
+def make_runner(on_batch=None, stop=None):
     """The runner of a tuning run measured in this process, calling ``on_batch(n)`` after each
     batch (a run through the RPC tracker measures on its devices instead: :mod:`.farm`)."""
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig  # pylint: disable=import-outside-toplevel
 
-    return in_process_runner(EvaluatorConfig(**EVALUATOR), on_batch=on_batch)
+    return in_process_runner(EvaluatorConfig(**EVALUATOR), on_batch=on_batch, stop=stop)

@@ -33,6 +33,7 @@ class TuneResult:
     seconds: float
     trials: int
     emulated: str | None = None  # measured on the emulated device (RpcDevice.emulated): not hardware time
+    stopped: str | None = None  # the search stopped early: "time budget" or "interrupted" (tuning.stop)
 
 
 def fmt_secs(secs: float) -> str:

@@ -15,6 +15,7 @@ from .farm import Farm
 from .measure import in_process_builder, make_runner
 from .meta import Run, TuneResult, fmt_secs, write_meta
 from .plan import plan as plan_run
+from .stop import INTERRUPTED, Stop
 
 
 def tune(  # pylint: disable=too-many-arguments
@@ -54,30 +55,31 @@ def tune(  # pylint: disable=too-many-arguments
     logs.expand_gzipped(plan.log_dir)  # a gzipped log (a copy of a shipped one) is extended as plain JSON
     database = JSONDatabase(work_dir=plan.log_dir)
     results: list = []
-    stopped = "interrupted"  # unless the search returns: Ctrl-C or an error, the log written still
+    stop = Stop(plan.deadline)
+    stopped = INTERRUPTED  # unless the search returns: Ctrl-C or an error, the log written still
     try:
-        with _measurers(plan, say, counter) as (builder, runner):
+        with _measurers(plan, say, counter, stop) as (builder, runner):
             results.extend(pooling.tune_pools(plan, builder, runner, database, say))
             evolutionary.search(plan, trials, builder, runner, database, say, results, counter=counter,
-                                trials_per_iter=trials_per_iter, seed=seed)
-        stopped = "time budget" if plan.deadline and time.time() >= plan.deadline else None
+                                trials_per_iter=trials_per_iter, seed=seed, stop=stop)
+        stopped = stop.check()
     finally:
         seconds = time.time() - plan.start
         measured = sum(r.trials for r in results)
         write_meta(plan.log_dir, plan.target, Run(source, trials, measured, seconds, bool(rpc), threads=plan.threads,
                                                   emulated=plan.emulated, stopped=stopped))
     say(f"wrote {plan.log_dir}: {measured} measurements in {fmt_secs(seconds)}")
-    return TuneResult(plan.log_dir, describe_target(plan.target), results, seconds, measured, plan.emulated)
+    return TuneResult(plan.log_dir, describe_target(plan.target), results, seconds, measured, plan.emulated, stopped)
 
 
 @contextlib.contextmanager
-def _measurers(plan, say, counter):
+def _measurers(plan, say, counter, stop):
     """(builder, runner): on the devices behind the RPC tracker (:class:`~.farm.Farm`), else in
-    this process."""
+    this process; both fail what is left at once when ``stop`` fires (:mod:`.stop`)."""
     if not plan.rpc:
-        yield in_process_builder(plan.fcompile), make_runner(on_batch=counter)
+        yield in_process_builder(plan.fcompile, stop), make_runner(on_batch=counter, stop=stop)
         return
-    farm = Farm(plan, say, on_batch=counter)
+    farm = Farm(plan, say, on_batch=counter, stop=stop)
     try:
         yield farm.builder(), farm.runner()
     finally:
