@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from . import exported, tflite_files
 from ..targets import runs_here
@@ -95,8 +94,6 @@ def run(args) -> int:
         dtypes = {vi.name: onnx_dtype(vi.type.tensor_type.elem_type) for vi in graph_inputs(model)}
         mod = import_onnx(model, args.verbose, args.quiet, shape_dict=shapes, dtype_dict=dtypes)
     say = (lambda _line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    if rpc is None and (busy := busy_note()):
-        print(busy, file=sys.stderr, flush=True)
     result = tvm_pool.tune(
         mod, target, trials=trials, log_dir=log_dir, rpc=rpc, source=os.path.basename(args.model), progress=say,
         time_budget_s=budget_s,
@@ -118,50 +115,6 @@ def run(args) -> int:
         say("timing the model untuned and tuned (--no-compare skips this)")
         print(compare(mod, target, log_dir, None if program or tflite else args.model, runtime_threads()))
     return 0
-
-
-# A local tune measures on this machine: other jobs on it make the measurements noisy. With one
-# core of two taken, a pool's two-thread schedule waits for its descheduled worker (GoogLeNet's
-# 3x3 max over 1x512x14x14: 0.48 ms against 0.033 ms on one thread), so "threads: one" won
-# most pooling tasks and the convolutions' best candidates were timed high.
-BUSY_CORES_PER_CORE = 0.5
-SAMPLE_SECONDS = 0.5
-
-
-def _cpu_times():
-    """(total, idle) jiffies of all CPUs from /proc/stat (Linux), or None."""
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            values = [int(v) for v in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return sum(values), values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-
-
-def busy_cores() -> float | None:
-    """Cores busy with other work now: sampled from /proc/stat over SAMPLE_SECONDS while this
-    process sleeps; where there is none, the last minute's load average; None if neither."""
-    cores = os.cpu_count() or 1
-    first = _cpu_times()
-    if first is not None:
-        time.sleep(SAMPLE_SECONDS)
-        second = _cpu_times()
-        if second is not None and second[0] > first[0]:
-            return (1 - (second[1] - first[1]) / (second[0] - first[0])) * cores
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
-
-
-def busy_note() -> str | None:
-    """A one-line note when other work keeps at least half of the cores busy (and at least one),
-    else None."""
-    busy, cores = busy_cores(), os.cpu_count() or 1
-    if busy is None or busy < max(1.0, BUSY_CORES_PER_CORE * cores):
-        return None
-    return (f"note: this machine is busy ({busy:.1f} of its {cores} cores in use by other work): other jobs make "
-            "tuning's measurements noisy, and a pool's one-thread schedule then often wins; tune on an idle machine")
 
 
 def _budget(args) -> tuple[int, float | None]:

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 
 import tvm
 
@@ -139,3 +140,47 @@ def make_runner(on_batch=None, stop=None):
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig  # pylint: disable=import-outside-toplevel
 
     return in_process_runner(EvaluatorConfig(**EVALUATOR), on_batch=on_batch, stop=stop)
+
+
+# A local tune measures on this machine: other jobs on it make the measurements noisy. With one
+# core of two taken, a pool's two-thread schedule waits for its descheduled worker (GoogLeNet's
+# 3x3 max over 1x512x14x14: 0.48 ms against 0.033 ms on one thread), so "threads: one" won
+# most pooling tasks and the convolutions' best candidates were timed high.
+BUSY_CORES_PER_CORE = 0.5
+SAMPLE_SECONDS = 0.5
+
+
+def _cpu_times():
+    """(total, idle) jiffies of all CPUs from /proc/stat (Linux), or None."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(values), values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+
+
+def busy_cores() -> float | None:
+    """Cores busy with other work now: sampled from /proc/stat over SAMPLE_SECONDS while this
+    process sleeps; where there is none, the last minute's load average; None if neither."""
+    cores = os.cpu_count() or 1
+    first = _cpu_times()
+    if first is not None:
+        time.sleep(SAMPLE_SECONDS)
+        second = _cpu_times()
+        if second is not None and second[0] > first[0]:
+            return (1 - (second[1] - first[1]) / (second[0] - first[0])) * cores
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def busy_note() -> str | None:
+    """A one-line note when other work keeps at least half of the cores busy (and at least one),
+    else None."""
+    busy, cores = busy_cores(), os.cpu_count() or 1
+    if busy is None or busy < max(1.0, BUSY_CORES_PER_CORE * cores):
+        return None
+    return (f"note: this machine is busy ({busy:.1f} of its {cores} cores in use by other work): other jobs make "
+            "tuning's measurements noisy, and a pool's one-thread schedule then often wins; tune on an idle machine")

@@ -12,7 +12,7 @@ import tvm
 from ..targets import describe_target
 from . import evolutionary, logs, pooling
 from .farm import Farm
-from .measure import in_process_builder, make_runner
+from .measure import busy_note, in_process_builder, make_runner
 from .meta import Run, TuneResult, fmt_secs, write_meta
 from .plan import plan as plan_run
 from .stop import INTERRUPTED, Stop
@@ -51,6 +51,8 @@ def tune(  # pylint: disable=too-many-arguments
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     plan = plan_run(mod, target, trials=trials, log_dir=log_dir, rpc=rpc, budget_s=time_budget_s)
     say(plan.summary(source, trials))
+    if not plan.rpc and (busy := busy_note()):
+        say(busy)
     counter = evolutionary.BatchCounter(say)
     logs.expand_gzipped(plan.log_dir)  # a gzipped log (a copy of a shipped one) is extended as plain JSON
     database = JSONDatabase(work_dir=plan.log_dir)
