@@ -131,7 +131,13 @@ def floor(w, layout: str = "channel_first") -> Floor:
     average = w.op in ("AveragePool", "GlobalAveragePool")
     intermediate = shifted = 0.0
     channel_first = layout == "channel_first"
-    if whole:
+    if w.indices:
+        form = "value and offset passes"
+        per_tap, values, shifted = _passes(planes, spatial, kernel, strides, out, lanes, channel_first)
+        arithmetic = 4 * per_tap + 3 * _vectors(out_elems, lanes)
+        stores += out_elems * 8 / PAIR_BYTES
+        intermediate, shifted = 2 * values, 2 * shifted  # the row pass's values and offsets (32-bit both)
+    elif whole:
         form = "global"
         arithmetic = _vectors(in_elems, lanes) + (planes * math.log2(lanes) if channel_first else 0)
     elif len(windowed) == 1 and kernel[windowed[0]] > LONG_WINDOW_TAPS and strides[windowed[0]] == 1 and not average:
@@ -158,20 +164,13 @@ def floor(w, layout: str = "channel_first") -> Floor:
     if w.fused:
         arithmetic += _vectors(in_elems, lanes) + _vectors(out_elems, lanes)
         loads += out_elems * size / PAIR_BYTES
-    if w.indices:
-        form = "value and offset passes"
-        per_tap, values, shifted = _passes(planes, spatial, kernel, strides, out, lanes, channel_first)
-        arithmetic = 4 * per_tap + 3 * _vectors(out_elems, lanes)
-        stores += out_elems * 8 / PAIR_BYTES
-        intermediate, shifted = 2 * values, 2 * shifted  # the row pass's values and offsets (32-bit both)
     loads += intermediate * size / PAIR_BYTES + shifted
     stores += intermediate * size / PAIR_BYTES
     return Floor(loads, arithmetic, stores, form)
 
 
 # Rows above EXPLAIN_ABOVE times their floor, and why (checked in the generated assembly where it
-# says so; "on the list": not analysed yet). By workload, for both layouts unless the name has a
-# layout suffix.
+# says so; "on the list": not analysed yet). By row: a channel-last row's name has its layout suffix.
 EXPLAIN_ABOVE = 1.5
 GAPS = {
     "maxpool_indices": "not the designed form: the argmax runs on int64 keys (value and position in one 64-bit key, 2 lanes "

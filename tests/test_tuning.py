@@ -145,6 +145,7 @@ def test_the_time_budget_stops_the_search_through_tvm():
     results = [tuning.TaskResult("conv", "search")]
     lines = []
     stop = Stop(deadline=time.time() - 1)
+    stop.begin_search()
     stop.handed_out = 1  # one batch handed out, collected by this call
     callback, state = tuning.evolutionary._progress_callback(  # pylint: disable=protected-access
         results, 8, lines.append, [(1.0, results[0])], stop
@@ -179,7 +180,10 @@ def test_a_stopped_search_fails_what_is_left_and_ends_when_nothing_is_outstandin
     from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.runner import RunnerInput  # pylint: disable=import-outside-toplevel
 
-    stop = Stop(deadline=time.time() + 3600)
+    stop = Stop(deadline=time.time() - 1)
+    assert stop.check() is None  # the budget is the search's: pooling candidates before it are all measured
+    stop.deadline = time.time() + 3600
+    stop.begin_search()
     built = []
 
     def fake_build(item, _fcompile):

@@ -61,8 +61,8 @@ def _foldable(conv, bn, bias) -> bool:
     channels = int(bn.args[1].ty.shape[0])
     if bias is not None and [int(d) for d in bias.ty.shape] not in ([channels], [1, channels, 1, 1]):
         return False
-    return str(conv.ty.dtype) == "float32" and all(str(a.ty.dtype) == "float32" for a in (*bn.args[1:], *(
-        [bias] if bias is not None else [])))
+    operands = [conv, *bn.args[1:], *([bias] if bias is not None else [])]
+    return all(str(a.ty.dtype) == "float32" for a in operands)
 
 
 def _rewriter(p):
@@ -76,8 +76,9 @@ def _rewriter(p):
         op = relax.op
         eps = relax.prim_value(tirx.FloatImm("float32", float(bn.attrs.epsilon)))
         scale = op.divide(gamma, op.sqrt(op.add(var, eps)))
-        shift = op.subtract(beta, op.multiply(mean, scale))  # beta + (bias - mean) * scale with a bias
-        if bias is not None:
+        if bias is None:
+            shift = op.subtract(beta, op.multiply(mean, scale))
+        else:
             shift = op.add(beta, op.multiply(op.subtract(op.reshape(bias, (channels,)), mean), scale))
         weight = op.multiply(matches[p["weight"]], op.reshape(scale, (channels, 1, 1, 1)))
         folded = relax.Call(conv.op, (matches[p["data"]], weight), conv.attrs)
@@ -86,10 +87,15 @@ def _rewriter(p):
     return rewrite
 
 
+def _is_primitive(func) -> bool:
+    """A fused function (FuseOps' ``Primitive``): left as it is."""
+    return func.attrs is not None and bool(func.attrs.get("Primitive", 0))
+
+
 @relax.transform.function_pass(opt_level=0, name="tvm_pool.fold_batch_norm")
 class _FoldBatchNorm:  # pylint: disable=too-few-public-methods
     def transform_function(self, func, _mod, _ctx):
-        if func.attrs is not None and func.attrs.get("Primitive", 0):
+        if _is_primitive(func):
             return func
         pattern, parts = _pattern()
         return rewrite_call(pattern, _rewriter(parts), func)
@@ -104,7 +110,7 @@ def fold_batch_norm() -> tvm.transform.Pass:
 @relax.transform.function_pass(opt_level=0, name="tvm_pool.constants_last")
 class _ConstantsLast:  # pylint: disable=too-few-public-methods
     def transform_function(self, func, _mod, _ctx):
-        if func.attrs is not None and func.attrs.get("Primitive", 0):
+        if _is_primitive(func):
             return func
         const, other = is_const(), wildcard()
         pattern = is_op("relax.add")(const, other)

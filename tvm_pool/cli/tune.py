@@ -106,7 +106,7 @@ def run(args) -> int:
     )
     if result.emulated:
         print(f"note: measured on {result.emulated}")
-    if result.stopped == "interrupted":
+    if result.stopped == tuning.stop.INTERRUPTED:
         print("interrupted: every candidate measured before Ctrl-C is in the log; the comparison is skipped")
     elif not args.no_compare and rpc is None and runs_here(target):
         from ..tuning.logs import runtime_threads  # pylint: disable=import-outside-toplevel

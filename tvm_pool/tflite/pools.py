@@ -176,11 +176,11 @@ def convert_pool(converter, op, kind: str):
         bounds = formulas.float_activation_bounds(attrs.activation)
     data = converter.get_expr(tensors.data.tensor_idx)
     kernel, strides = list(attrs.filter_hw), list(attrs.stride_hw)
-    if kind in ("max", "l2") or tensors.dtype in _FLOAT_TYPES:
+    if kind == "max" or tensors.dtype in _FLOAT_TYPES:  # L2 is float32 only (read_tensors)
         return _relax_pool(converter.bb, data, kind, kernel, strides, pads, bounds)
     return converter.bb.call_te(
-        pool_te, data, kind=kind, kernel=kernel, strides=strides, pads=pads,
-        bounds=bounds, primfunc_name_hint=f"tvm_pool_tflite_{kind}_pool",
+        integer_average_te, data, kernel=kernel, strides=strides, pads=pads, bounds=bounds,
+        primfunc_name_hint="tvm_pool_tflite_avg_pool",
     )
 
 
@@ -189,10 +189,10 @@ def _relax_pool(bb, data, kind: str, kernel, strides, pads, bounds):
     legalizes it with tvm_pool's compute for the target it builds for
     (``lowering.legalize_map``), so the compute's form is the one the target's schedule measured
     best (on aarch64 the channel-last passes, on x86 the clamped taps or one expression of every
-    tap), where a compute built here, at import, has no target. The same compute as
-    :func:`pool_te`'s (pads in the same order, excluded from the average's count; L2: the
-    square before and the square root after the average), and the fused activation after it,
-    all of which Relax's fusion joins to the pool."""
+    tap), where a compute built here, at import, has no target. Pads in the same order as
+    :func:`integer_average_te`'s, excluded from the average's count; L2 is the square before
+    and the square root after the average; the fused activation follows, and Relax's fusion
+    joins all of them to the pool."""
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
     nn = relax.op.nn
@@ -208,16 +208,11 @@ def _relax_pool(bb, data, kind: str, kernel, strides, pads, bounds):
     return bb.call_te(clamp, pooled, bounds, primfunc_name_hint="tvm_pool_tflite_activation")
 
 
-def pool_te(data: te.Tensor, *, kind: str, kernel, strides, pads, bounds):
-    """The TE of a TFLite pool on NHWC ``data`` (see the module docstring). The importer takes
-    it for integer averages only; max, float average and L2 pools import as Relax's own pools
-    (:func:`_relax_pool`), which legalize to this same compute in the target's form."""
-    if kind == "avg":
-        out = compute.avg_pool(data, kernel, strides, None, pads, layout="NHWC", int_rounding="half_away_from_zero")
-    else:
-        squares = te.compute(data.shape, lambda *i: data[i] * data[i], name="l2_square")
-        mean = compute.avg_pool(squares, kernel, strides, None, pads, layout="NHWC")
-        out = te.compute(mean.shape, lambda *i: tirx.sqrt(mean[i]), name="l2_sqrt")
+def integer_average_te(data: te.Tensor, *, kernel, strides, pads, bounds):
+    """The TE of a TFLite integer AVERAGE_POOL_2D on NHWC ``data``, rounding half away from zero,
+    with its fused activation (see the module docstring; max, float average and L2 pools are
+    Relax's own pools, :func:`_relax_pool`)."""
+    out = compute.avg_pool(data, kernel, strides, None, pads, layout="NHWC", int_rounding="half_away_from_zero")
     return clamp(out, bounds) if bounds is not None else out
 
 

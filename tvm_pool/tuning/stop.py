@@ -30,12 +30,14 @@ class Stop:
     def __init__(self, deadline: float | None = None):
         self.deadline = deadline
         self.reason: str | None = None
+        self.searching = False
         self.handed_out = 0
         self.collected = 0
 
     def check(self) -> str | None:
-        """The reason to stop, if any (the deadline is checked now)."""
-        if self.reason is None and self.deadline is not None and time.time() >= self.deadline:
+        """The reason to stop, if any (the deadline is checked now, once the search has begun:
+        the budget is the search's, and pooling candidates are all measured)."""
+        if self.reason is None and self.searching and self.deadline is not None and time.time() >= self.deadline:
             self.reason = TIME_BUDGET
         return self.reason
 
@@ -44,7 +46,9 @@ class Stop:
         return f"not {what}: the search stopped ({self.reason})"
 
     def begin_search(self) -> None:
-        """Count batches from here (the pooling candidates' builds before are not the search's)."""
+        """The search begins: the deadline holds from here, and batches are counted from here (the
+        pooling candidates' builds before are not the search's)."""
+        self.searching = True
         self.handed_out = self.collected = 0
 
     def may_raise(self) -> bool:
