@@ -173,9 +173,11 @@ def floor(w, layout: str = "channel_first") -> Floor:
 # says so; "on the list": not analysed yet). By row: a channel-last row's name has its layout suffix.
 EXPLAIN_ABOVE = 1.5
 GAPS = {
-    "maxpool_indices": "not the designed form: the argmax runs on int64 keys (value and position in one 64-bit key, 2 lanes "
-                       "a register, each made from the data by about 20 vector operations); the value-and-offset passes "
-                       "the floor counts are issue 40's first item, on the list",
+    "maxpool_indices": "the value-and-tap passes (two 32-bit outputs a pass) as designed, plus what the floor leaves out: the "
+                       "padded copy turns each float into an int32 key of the same order (about 7 operations a vector), "
+                       "and the index is assembled from the tap in a stage of its own (the key back to a value, the tap's "
+                       "offsets by shifts and masks, the widening to int64 and its two stores: about 18 instructions per "
+                       "4 outputs) instead of in the last pass; on the list",
     "maxpool_int8": "the stride-2 pass: its rows are cut at 8 of NEON's 16 int8 lanes (vector_row_lanes caps a row at "
                     "max_partial_sum_lanes), and LLVM rebuilds the third tap from the stored row lane by lane (assembly); "
                     "16-lane rows alone were slower (0.265 -> 0.48 M, the padding no longer cut into pieces): on the list",

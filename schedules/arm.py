@@ -338,7 +338,7 @@ class Pool(cpu.Pool):
         )
 
     def prepare(self, func):
-        return use_fmax(whole_plane_sums(func))
+        return use_fmax(whole_plane_sums(super().prepare(func)))
 
     def finish(self, func):
         return negative_zero_sums(func)

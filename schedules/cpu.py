@@ -80,6 +80,7 @@ from . import analysis, decline
 from .cpu_config import FULL, NO_VECTOR, PARALLEL_ONLY, CpuConfig, target_threads
 from .cpu_passes import schedule_pass_chain
 from .cpu_reduction import schedule_block
+from .multi_output import merge_sibling_blocks, merged_schedule
 
 __all__ = ["CpuConfig", "FULL", "NO_VECTOR", "PARALLEL_ONLY", "Pool", "schedule_block", "schedule_function",
            "schedule_pass_chain"]
@@ -131,10 +132,10 @@ class Pool(ScheduleRule):
         return self.takes(target)
 
     def prepare(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
-        """A family's rewrite of the function before it is scheduled (none by default). It must
-        be idempotent: ``compile`` applies it when fusing (so tuning workloads carry it), and
-        the rule again."""
-        return func
+        """A family's rewrite of the function before it is scheduled: every family's merges the
+        output blocks of a multi-output stage (:mod:`.multi_output`). It must be idempotent:
+        ``compile`` applies it when fusing (so tuning workloads carry it), and the rule again."""
+        return merge_sibling_blocks(func)
 
     def finish(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """A family's rewrite of the scheduled function (none by default; idempotent)."""
@@ -158,6 +159,7 @@ class Pool(ScheduleRule):
         """``base`` (left as it is) scheduled with ``config``: a copy at ``config.level``, else at
         each lower level in turn; None when no level works. Works inside MetaSchedule too: the
         copies keep ``base``'s trace and random variables."""
+        base = merged_schedule(base)
         for level in range(config.level, PARALLEL_ONLY - 1, -1):
             sch = base.copy()
             try:

@@ -137,12 +137,14 @@ def _place_padding(sch, chain, par, config: CpuConfig, level: int):
             # TVM 0.27's bfloat16 legalization turns a vectorised bf16 -> f32 widening inside
             # if_then_else into a numeric uint16 cast: keep the widening copy per plane.
             sch.compute_at(p, par)
-        elif _widens_to_64_bits(pad_block):
+        elif _widens_to_64_bits(pad_block) or len(sch.get(chain.passes[0]).writes) > 1:
             # A copy that makes int64 from narrower data (the argmax's keys: about 20 vector
             # operations per element) is made once per plane, never once per tap. Its interior
             # as TVM vectors of int32 work (LLVM's vectoriser picked 4 lanes for the int64
             # store; MaxPool 3x3 s2 p1 with Indices over 1x64x112x112, 1 thread: 1.23 -> 0.88
-            # ms; inlined into the taps with bounds checks: 14 ms).
+            # ms; inlined into the taps with bounds checks: 14 ms). So are the padded data of
+            # passes that also keep a position (compute.window_reduce.window_max_position): their
+            # bounds checks would make TVM scalarise the pass, whose let-bound max it cannot split.
             sch.compute_at(p, par)
             if level == FULL:
                 _vectorize_pad_interior(sch, p, config)

@@ -113,6 +113,7 @@ from .cuda_passes import joining_consumer, schedule_chain, schedule_joined
 from .cuda_reduction import NoWarpReduction, schedule_main
 from .cuda_vector import MisalignedVector
 from .cuda_verify import all_aligned, shared_bytes, vector_accesses
+from .multi_output import merge_sibling_blocks, merged_schedule
 
 __all__ = ["KNOBS", "Binder", "CudaConfig", "MisalignedVector", "NoWarpReduction", "Pool", "SerialBinder",
            "schedule_function", "shared_bytes", "vector_accesses"]
@@ -169,11 +170,16 @@ class Pool(ScheduleRule):
             return None
         return decline.guarded(self.family, func, lambda: self.schedule(s_tir.Schedule(func), self.config(target)))
 
+    def prepare(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """The output blocks of a multi-output stage merged (:mod:`.multi_output`), as on CPUs."""
+        return merge_sibling_blocks(func)
+
     def schedule(self, base: s_tir.Schedule, config: CudaConfig) -> s_tir.Schedule | None:
         """``base`` (left as it is) scheduled with ``config``: the first attempt that schedules,
         passes the alignment proof and, staged, fits ``config.shared_limit``; None when none
         does. Staged attempts go through ``config.tile_scales``, then one unstaged; a warp
         reduction TVM cannot lower turns warp reductions off for every later attempt."""
+        base = merged_schedule(base)
         warp = config.warp
         for tiling in _tilings(config):
             attempt = dataclasses.replace(config, warp=warp, **tiling)

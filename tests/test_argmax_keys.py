@@ -51,13 +51,14 @@ def _same_bits(a, b):
     return np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_keys_give_the_reductions_values_and_indices(seed):
-    rng = np.random.default_rng(seed)
+def random_cases(rng, count, accept=lambda windows: True):
+    """``count`` random (data, windows, case, description) of MaxPool with Indices over the key
+    types: ranks 1-3, kernels, strides, dilations, pads and ceil mode, tie-heavy data, both NaN
+    rules, numberings and layouts; ``accept(windows)`` filters them."""
     done = 0
-    while done < 6:
+    while done < count:
         rank = int(rng.integers(1, 4))
-        shape = [2, 3] + [int(rng.integers(1, 8)) for _ in range(rank)]
+        shape = [2, 3] + [int(rng.integers(1, 9)) for _ in range(rank)]
         kernel = [int(rng.integers(1, 5)) for _ in range(rank)]
         strides = [int(rng.integers(1, 4)) for _ in range(rank)]
         dilations = [int(rng.integers(1, 3)) for _ in range(rank)]
@@ -68,18 +69,28 @@ def test_keys_give_the_reductions_values_and_indices(seed):
             windows = windows_for(te.placeholder(shape, dtype), kernel, strides, dilations, pads, "NOTSET", ceil_mode)
         except ValueError:
             continue
-        if any(int(w.out_size) < 1 for w in windows):
+        if any(int(w.out_size) < 1 for w in windows) or not accept(windows):
             continue
-        assert argmax.uses_keys(windows, dtype)
         x = _tie_heavy(rng, shape, dtype)
         case = dict(nan_index=str(rng.choice(["first", "last"])), fold=bool(rng.integers(0, 2)),
                     channel_last=bool(rng.integers(0, 2)))
-        keys = _run(argmax._argmax_keys, x, windows, **case)
-        reduction = _run(argmax._argmax_reduction, x, windows, **case)
-        where = f"{dtype} {shape} k{kernel} s{strides} d{dilations} p{pads} ceil={ceil_mode} {case}"
-        assert _same_bits(keys[0], reduction[0]), where
-        np.testing.assert_array_equal(keys[1], reduction[1], err_msg=where)
+        yield x, windows, case, f"{dtype} {shape} k{kernel} s{strides} d{dilations} p{pads} ceil={ceil_mode} {case}"
         done += 1
+
+
+def assert_like_reduction(fn, x, windows, case, where, same_values):
+    """``fn``'s values (compared by ``same_values``) and indices equal the reduction's."""
+    got = _run(fn, x, windows, **case)
+    want = _run(argmax._argmax_reduction, x, windows, **case)
+    assert same_values(got[0], want[0]), where
+    np.testing.assert_array_equal(got[1], want[1], err_msg=where)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_keys_give_the_reductions_values_and_indices(seed):
+    for x, windows, case, where in random_cases(np.random.default_rng(seed), 6):
+        assert argmax.uses_keys(windows, str(x.dtype))
+        assert_like_reduction(argmax._argmax_keys, x, windows, case, where, _same_bits)
 
 
 @pytest.mark.parametrize("nan_index", ["first", "last"])

@@ -1,7 +1,15 @@
-"""The (value, index) max of MaxPool with Indices, in two forms, and the stage that turns the
+"""The (value, index) max of MaxPool with Indices, in three forms, and the stage that turns the
 position found into the numbering requested.
 
-- **Keys** (static sizes, :func:`uses_keys`): each data element becomes an int64 key, its
+- **Max and tap** (static sizes, :func:`uses_keys`, windows that take the separable passes or
+  one expression of every tap: :func:`_argmax_pairs`): every pass keeps two 32-bit outputs, the
+  max and the number of the first window tap that holds it
+  (:func:`.window_reduce.window_max_position`); float data are compared as int32 keys of the
+  same order (:func:`_order`, made once in the padded copy). The tap becomes the position at
+  the end. -0.0 ties with +0.0 (the position of the first zero; the value +0.0), as the max
+  without Indices gives either.
+- **Keys** (static sizes, the other forms: a long stride-1 window's doubling, a global window
+  over a flat plane): each data element becomes an int64 key, its
   value mapped to an int32 of the same order in the high half and its position in the plane in
   the low half, the earlier position the larger (see :data:`LOW_MAX`). The first maximum in
   scan order is then the largest key among the equal values, so the pool is
@@ -14,8 +22,8 @@ position found into the numbering requested.
 
 NaN: a NaN beats every number. Among NaNs the first wins (``nan_index="first"``, ONNX) or the
 last (``"last"``, PyTorch's CPU kernels); among equal numbers, always the first. A window that
-sees no data gives the max identity and index -1. The keys return a NaN window's value as the
-canonical NaN (docs/conformance.md).
+sees no data gives the max identity and index -1. The first two forms return a NaN window's
+value as the canonical NaN (docs/conformance.md).
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ from . import forms, layout
 from .common import (
     NO_INDEX, _SENTINEL_INDEX, argmax_reducer, block_attrs, is_float, is_nan, max_identity,
 )
-from .window_reduce import window_max
-from .windows import may_see_no_data, out_shape, reduce_axes, row_major, window_access
+from . import window_reduce
+from .window_reduce import window_max, window_max_position
+from .windows import may_see_no_data, out_shape, reduce_axes, row_major, taps_always_inside, window_access
 
 def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="first"):
     """``(values, indices)`` of max pooling ``data`` over ``windows`` (see
@@ -39,7 +48,10 @@ def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="fi
     # With row-major numbering of the whole tensor the reduced index is the final one (the
     # plane offset is a constant per window); other numberings take a stage afterwards.
     fold_plane_offset = index_scope == "tensor" and storage_order == 0
-    if uses_keys(windows, str(data.dtype), data.shape):
+    pairs = uses_keys(windows, str(data.dtype), data.shape) and _argmax_pairs(data, windows, nan_index, fold_plane_offset)
+    if pairs:
+        values, raw_index = pairs
+    elif uses_keys(windows, str(data.dtype), data.shape):
         values, raw_index = _argmax_keys(data, windows, nan_index, fold_plane_offset)
     else:
         values, raw_index = _argmax_reduction(data, windows, nan_index, fold_plane_offset)
@@ -195,6 +207,103 @@ def _argmax_keys(data, windows, nan_index, fold_plane_offset):
     values = layout.compute(data, shape, value, name="max_pool", attrs=attrs)
     index = layout.compute(data, shape, position, name="max_pool_raw_index", attrs=attrs)
     return values, index
+
+
+def _argmax_pairs(data, windows, nan_index, fold_plane_offset):
+    """The max and the position of the first maximum from
+    :func:`.window_reduce.window_max_position`'s passes (None where its forms do not apply):
+    the window tap found becomes a position in the plane, in int32 (planes of at most
+    MAX_PLANE elements). Float data are compared as int32 keys (:func:`_order`) with the
+    padding below every key, so it never matches a window that holds data; integer data are
+    compared as they are, and a window whose max is the least integer takes its first data tap
+    (its padding matched too)."""
+    rank = len(windows)
+    lead = len(data.shape) - rank
+    dtype = str(data.dtype)
+    nan_last = nan_index == "last" and is_float(dtype)
+    work = "float32" if dtype in ("float16", "bfloat16") else dtype
+    keyed = is_float(work)
+    # below every key (-inf's is -0x7F800000); not -2^31: TVM 0.27 folds `x == -2^31` to false
+    pad_key = tirx.const(-(2**31) + 1, "int32")
+    order = (lambda x: _order(x, work), pad_key, tirx.const(NAN_ORDER, "int32"))
+    pair = window_max_position(data, windows, nan_last, name="max_pool_key" if keyed else "max_pool",
+                               order=order if keyed else None)
+    if pair is None:
+        return None
+    best, tap = pair
+    sizes = [w.in_size for w in windows]
+    fields = window_reduce.tap_fields(windows)
+    no_data = may_see_no_data(windows)
+
+    def plane_position(coords):
+        p = tirx.const(0, "int32")
+        for c, n in zip(coords, sizes):
+            p = p * tirx.const(int(n), "int32") + c
+        return p
+
+    def position(*idx):
+        v = best(*idx)
+        number = tap(*idx)
+        if nan_last:
+            number = tirx.Select(v == tirx.const(NAN_ORDER, "int32"), tirx.const(window_reduce.NAN_FLIP, "int32") - number, number)
+        found = []
+        for (shift, bits), w, o in zip(fields, windows, idx[lead:]):
+            r = tirx.bitwise_and(tirx.shift_right(number, tirx.const(shift, "int32")), tirx.const((1 << bits) - 1, "int32"))
+            start = tirx.Cast("int32", o) * tirx.const(int(w.stride), "int32") - tirx.const(int(w.pad_begin), "int32")
+            found.append(start + r * tirx.const(int(w.dilation), "int32"))
+        p = plane_position(found)
+        has_data = True
+        if keyed:
+            has_data = v != pad_key if no_data else True
+        else:
+            first, has_data = _first_data_tap(windows, idx[lead:])
+            p = tirx.Select(v == max_identity(work), plane_position([tirx.Cast("int32", f) for f in first]), p)
+        p = tirx.Cast("int64", p)
+        if fold_plane_offset:
+            plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
+            p = row_major(idx[:lead], data.shape[:lead]) * plane + p
+        return p if has_data is True else tirx.Select(has_data, p, tirx.const(_SENTINEL_INDEX, "int64"))
+
+    shape = out_shape(data, windows)
+    attrs = block_attrs("max_index_finalize", rank)
+    index = layout.compute(data, shape, position, name="max_pool_raw_index", attrs=attrs)
+    if not keyed:
+        return best, index
+
+    def value(*idx):  # the key back to its value (-0.0 as +0.0, every NaN as the canonical NaN)
+        v = _from_order(best(*idx)).astype(dtype)
+        return tirx.Select(best(*idx) == pad_key, max_identity(dtype), v) if no_data else v
+
+    return layout.compute(data, shape, value, name="max_pool", attrs=attrs), index
+
+
+def _order_of_identity() -> int:
+    """The key :func:`_order` gives -inf."""
+    return -0x7F800000
+
+
+def _from_order(order):
+    """The float32 whose :func:`_order` is ``order`` (+0.0 for 0; NAN_ORDER is the canonical NaN's bits)."""
+    signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
+    return tirx.reinterpret("float32", tirx.Select(order < tirx.const(0, "int32"), signed, order))
+
+
+def _first_data_tap(windows, out_idx):
+    """The data position of window ``out_idx``'s first tap inside the data, per axis, and whether
+    it has one (True where no window can lie in the padding)."""
+    first, has_data = [], []
+    for w, o in zip(windows, out_idx):
+        start = w.start(o)
+        if taps_always_inside(w):
+            first.append(start)
+            continue
+        d = w.dilation
+        skipped = tirx.Select(start < 0, tirx.floordiv(d - 1 - start, d), tirx.const(0, str(start.ty)))
+        first.append(start + skipped * d)
+        has_data.append(tirx.all(skipped < w.kernel, start + skipped * d < w.in_size))
+    if not may_see_no_data(windows):
+        return first, True
+    return first, reduce(tirx.And, has_data) if has_data else True
 
 
 def _row_to_column_major(raw, sizes):

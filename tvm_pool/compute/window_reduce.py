@@ -20,7 +20,7 @@ from .. import spec
 from . import forms, layout
 from .common import (
     HALF_INF_BITS, PASS_AXIS_ATTR, accumulate_dtype, block_attrs, half_from_order, half_order, half_order_of_minus_inf,
-    is_float, max_identity, max_of_all, nan_max_reducer,
+    is_float, is_nan, max_identity, max_of_all, nan_max_reducer,
 )
 from .forms import FLAT_LANES
 from .windows import clamped_access, clamps_exactly, out_shape, padded, padded_access, reduce_axes
@@ -69,6 +69,106 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
         return _window_maxima(source, offsets, windows, kind, name)
     build = {forms.DOUBLING: _doubling_passes, forms.AXIS_PASSES: _axis_passes, forms.ALL_TAPS: _all_taps_pass}[form]
     return build(source, offsets, windows, max_all, kind, name, finish)
+
+
+# MaxPool with Indices as a max and a tap (window_max_position): every pass keeps, next to the
+# max, the least number among its window taps equal to it (NO_MATCH where none is). A tap's
+# number holds its offset along each axis in a bit field of its own, the first axis highest
+# (:func:`tap_fields`), so the least is the first in scan order whatever order the passes take
+# the axes; a tap's number is a constant of the pass (positions built from the loop variables
+# took TVM's int64 index arithmetic: AVX-512 vpminsq), and the offsets come back out by shifts
+# and masks (a division by the kernel kept the finalize scalar: LLVM branches around it).
+POSITION = "int32"
+NO_MATCH = 2**31 - 1
+# Under the PyTorch NaN rule (the last NaN wins) a NaN tap carries NAN_FLIP - its number, so the
+# least is the last NaN; a window's matching taps are all NaN or all numbers (NaN propagates).
+NAN_FLIP = 2**30
+
+
+def tap_fields(windows) -> list[tuple[int, int]] | None:
+    """``(shift, bits)`` of each axis's tap offset in a window tap's number: tap
+    ``(r_0, ..., r_n)`` is number ``sum(r_i << shift_i)``; None when the fields need more than
+    the 29 bits below NAN_FLIP's halving."""
+    fields, shift = [], 0
+    for w in reversed(windows):
+        bits = (int(w.kernel) - 1).bit_length()
+        fields.append((shift, bits))
+        shift += bits
+    return fields[::-1] if shift <= 29 else None
+
+
+def window_max_position(data: te.Tensor, windows, nan_last: bool = False, name: str = "max_pool", order=None):
+    """``(max, tap)``: the max over each window's taps (NaN propagates, as :func:`window_max`)
+    and the least number (:func:`tap_fields`) of a tap equal to it, or of a NaN tap in a NaN
+    window (``NAN_FLIP -`` the last one's with ``nan_last``), both outputs of every pass; None
+    where the windows take neither the separable passes nor the all-taps form, or their taps
+    do not number in 29 bits.
+
+    Per tap a pass costs the max, an equality (and NaN) test, a select and a min, in 32-bit
+    lanes (the int64 keys of :mod:`.argmax` cost about 20 operations to build per element and
+    2 lanes a register on NEON). The padding holds the max identity: it matches only a window
+    whose data are all the identity too, which the caller maps to the window's first data tap;
+    -0.0 matches +0.0, so the tap is the first zero's and the max either zero (as
+    :func:`window_max`).
+
+    ``order``: ``(key, least, nan)`` for float data: the padded copy holds ``key(x)``, an int32
+    of the same order as the value, every NaN's ``nan`` above +inf (``least`` in the padding); the
+    passes compare those: one integer max, compare and select per tap, where float taps also
+    took a NaN test each (NEON 3x3 s2 p1 over 64x112x112: ...). The max returned is then the
+    key."""
+    dtype = str(data.dtype)
+    work = "float32" if dtype in HALF_INF_BITS else dtype
+    form = forms.choose_form(windows, "argmax", channel_last=layout.is_channel_last(data))
+    fields = tap_fields(windows)
+    if form not in (forms.AXIS_PASSES, forms.ALL_TAPS) or fields is None:
+        return None
+    flip = nan_last and is_float(work)
+    is_nan_tap = is_nan
+    if order is not None and is_float(work):
+        key, least, nan_key = order
+        source, offsets = padded(data, windows, least, dtype="int32",
+                                 element=lambda x, _, float_type=work: key(x.astype(float_type)))
+        work = "int32"
+        is_nan_tap = lambda k: k == nan_key  # noqa: E731
+    else:
+        source, offsets = padded(data, windows, max_identity(work), dtype=None if work == dtype else work)
+
+    def number(n):
+        return tirx.const(n, POSITION)
+
+    def combine(taps):
+        # The max appears again in each tap's test, not as a let: schedules duplicate a pass's
+        # body (loop partitions), and a let variable may be defined only once; LLVM computes
+        # the repeated max once.
+        best = max_of_all([x for x, _ in taps], work)
+        candidates = []
+        for x, n in taps:
+            match = x == best
+            if is_float(work):
+                match = tirx.Or(match, is_nan(x))
+            candidates.append(tirx.Select(match, n, number(NO_MATCH)))
+        return best, reduce(tirx.min, candidates)
+
+    def read(prev, src, first, axis, r):
+        step = r << fields[axis][0]
+        if first:
+            x = prev(*src)
+            return x, (tirx.Select(is_nan_tap(x), number(NAN_FLIP - step), number(step)) if flip else number(step))
+        x, n = prev[0](*src), prev[1](*src)
+        if step == 0:
+            return x, n
+        # a NaN row's number is flipped already: the later tap numbers count down from it
+        return x, (tirx.Select(is_nan_tap(x), n - number(step), n + number(step)) if flip else n + number(step))
+
+    if form == forms.AXIS_PASSES:
+        return _axis_passes(source, offsets, windows, combine, "max_index", name, read=read)
+
+    def tap(idx, rs):
+        x = padded_access(source, windows, offsets, idx, rs)
+        step = sum(r << shift for r, (shift, _) in zip(rs, fields))
+        return x, (tirx.Select(is_nan_tap(x), number(NAN_FLIP - step), number(step)) if flip else number(step))
+
+    return _all_taps_pass(source, offsets, windows, combine, "max_index", name, None, tap=tap)
 
 
 def _finish(value, out):
@@ -201,12 +301,16 @@ def _flat_plane_passes(data, windows, combine, tap_value, kind, name, out_dtype=
     return layout.compute(data, out_shape(data, windows), result, name=name, attrs=pass_attrs(True))
 
 
-def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, tap_value=None):
+def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, tap_value=None, read=None):
     """One pass per windowed axis over ``source`` (the padded data); ``combine`` reduces the list
     of a window's taps along one axis to one value, ``tap_value`` (if any) maps the first
     pass's taps. Pass ``j`` reduces axis ``axes[j]``; its shape has output sizes on the axes
     reduced so far (and on 1-tap axes, which the first pass maps), padded sizes on the rest.
-    The last pass is the pool's result (cast to ``out_dtype`` when given)."""
+    The last pass is the pool's result (cast to ``out_dtype`` when given).
+
+    ``read(prev, src, first, axis, r)``: tap ``r`` of pass ``prev`` (``source`` for the first
+    pass) at ``src``, instead of ``prev(*src)``: for passes of several outputs (``combine`` returning a
+    tuple, each pass a list of tensors; :func:`window_max_position`)."""
     rank = len(windows)
     lead = len(source.shape) - rank
     axes = [i for i, w in enumerate(windows) if w.kernel > 1]
@@ -222,6 +326,9 @@ def _axis_passes(source, offsets, windows, combine, kind, name, out_dtype=None, 
                         src.append(w.tap(o, r if i == axis else 0) + offsets[i])
                     else:
                         src.append(o)
+                if read is not None:
+                    taps.append(read(prev, src, first, axis, r))
+                    continue
                 x = prev(*src)
                 taps.append(tap_value(x) if first and tap_value is not None else x)
             result = combine(taps)
