@@ -302,13 +302,28 @@ def test_the_budget_holds_in_the_first_round_and_keeps_its_records(tmp_path):
     lines = []
     begin = time.time()
     result = tvm_pool.tune(_two_convs(), "host", trials=512, log_dir=str(tmp_path), source="two_convs",
-                           progress=lines.append, time_budget_s=8.0)
+                           progress=lines.append, time_budget_s=15.0, trials_per_iter=64)  # a round of 128
     assert result.stopped == "time budget" and time.time() - begin < 90, (time.time() - begin, lines[-3:])
-    assert any(l.startswith("time budget of 8s reached: stopped after") for l in lines), lines[-3:]
+    assert any(l.startswith("time budget of 15s reached: stopped after") for l in lines), lines[-3:]
     db = ms.database.JSONDatabase(work_dir=str(tmp_path))
     measured = [r for r in db.get_all_tuning_records() if r.run_secs and not tuning.is_pooling(r.workload.mod)]
     assert measured and all(mean_secs(r.run_secs) > 0 for r in measured)
     assert len(measured) < 2 * 64  # the round (two batches of 64) was not measured whole
+
+
+def test_the_first_round_takes_at_most_half_the_time_budget():
+    """The first round's batch per task: half the trials, and with a time budget at most half
+    of it at the fitted cost of a candidate (VGG-16's 13 tasks got 64 each and never left it)."""
+    from tvm_pool.tuning import evolutionary, plan  # pylint: disable=import-outside-toplevel
+
+    def batch(trials, budget_s):
+        made = plan.plan(_two_convs(), resolve_target("host"), trials=trials, log_dir=None, rpc=None, budget_s=budget_s)
+        return made, evolutionary.first_round_batch(made, trials)
+
+    assert batch(3200, None)[1] == 64 and batch(40, None)[1] == 10 and batch(8, None)[1] == 4
+    made, n = batch(3200, 60.0)
+    one_each = 2 * evolutionary.TRIAL_BASE_S  # two small convolutions: their FLOPs add little
+    assert 4 <= n < 64 and n * one_each <= 30.0 < (n + 2) * one_each * 1.01, (n, len(made.search_tasks))
 
 
 def _copy(log_dir, tmp_path, name):

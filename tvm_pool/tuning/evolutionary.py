@@ -56,6 +56,32 @@ class _Stop(RuntimeError):
     it back from the search as a RuntimeError)."""
 
 
+# What one candidate of a task costs to build and measure here (2 cores), in seconds, by the
+# task's work (TVM's FLOP estimate): fitted to ResNet-18 (0.75 s a candidate, about 0.15 GFLOP a
+# task) and VGG-16 (its first round of 13 x 23 candidates took 646 s, 2.16 s a candidate, 1.67
+# GFLOP a task).
+TRIAL_BASE_S = 0.61
+TRIAL_S_PER_GFLOP = 0.93
+
+
+def first_round_batch(plan, trials: int) -> int:
+    """Candidates per task in MetaSchedule's first round, which gives every task a batch before
+    the cost model and the gradient scheduler choose where the rest goes: half of ``trials``,
+    and with a time budget at most half of that time, at :data:`TRIAL_BASE_S` and
+    :data:`TRIAL_S_PER_GFLOP` a candidate. (Sized by trials alone, a 20-minute budget gave
+    VGG-16's 13 tasks 64 candidates each, 832 in all, and the budget ran out inside the first
+    round: 4 tasks without a valid candidate.)"""
+    from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
+
+    tasks = plan.search_tasks
+    batch = trials // max(2 * len(tasks), 1)
+    if plan.budget_s:
+        one_each = sum(TRIAL_BASE_S + TRIAL_S_PER_GFLOP * float(estimate_tir_flops(t.dispatched[0])) / 1e9
+                       for t in tasks)
+        batch = min(batch, int(plan.budget_s / 2 / max(one_each, 1e-9)))
+    return max(4, min(64, batch))
+
+
 def search(plan, trials, builder, runner, database, say, results: list, *, counter: BatchCounter,
            trials_per_iter: int | None = None, seed: int | None = 0, stop=None) -> None:
     """Search ``plan.search_tasks`` with ``trials`` measurements in all, until ``stop`` fires (a
@@ -68,9 +94,7 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
     results.extend(task_results)
     if not task_results or trials <= 0:
         return
-    # The first round gives every task one batch; half the budget, so the cost model and the
-    # gradient scheduler choose where the other half goes.
-    per_iter = trials_per_iter or max(4, min(64, trials // max(2 * len(task_results), 1)))
+    per_iter = trials_per_iter or first_round_batch(plan, trials)
     counter.begin(trials)
     contexts, weights = _contexts(plan, seed)
     pooled = [r for r in results if r.kind == "pool"]
