@@ -106,16 +106,18 @@ def window_max_position(data: te.Tensor, windows, nan_last: bool = False, name: 
 
     Per tap a pass costs the max, an equality (and NaN) test, a select and a min, in 32-bit
     lanes (the int64 keys of :mod:`.argmax` cost about 20 operations to build per element and
-    2 lanes a register on NEON). The padding holds the max identity: it matches only a window
-    whose data are all the identity too, which the caller maps to the window's first data tap;
+    2 lanes a register on NEON). Without ``order`` the padding holds the max identity: it
+    matches only a window whose data are all the identity too, which the caller maps to the
+    window's first data tap;
     -0.0 matches +0.0, so the tap is the first zero's and the max either zero (as
     :func:`window_max`).
 
     ``order``: ``(key, least, nan)`` for float data: the padded copy holds ``key(x)``, an int32
     of the same order as the value, every NaN's ``nan`` above +inf (``least`` in the padding); the
     passes compare those: one integer max, compare and select per tap, where float taps also
-    took a NaN test each (NEON 3x3 s2 p1 over 64x112x112: ...). The max returned is then the
-    key."""
+    take a NaN test each (emulated NEON, 3x3 s2 p1 with Indices over 1x64x112x112: 5.42 M
+    instructions with the keys, 5.84 M with float taps; channel-last 6.93 against 5.47 M). The
+    max returned is then the key."""
     dtype = str(data.dtype)
     work = "float32" if dtype in HALF_INF_BITS else dtype
     form = forms.choose_form(windows, "argmax", channel_last=layout.is_channel_last(data))
