@@ -84,7 +84,7 @@ def test_floor_column_and_gap_notes():
     md = arm_instructions.to_markdown(rows, summary)
     assert "| resnet_maxpool | float32 | 0.770 | 10.000 | 0.250 | 0.587 (passes) |" in md
     assert "Within 1.5x of the operation floor: 1 of 3 rows." in md
-    assert f"- maxpool_indices ({by['maxpool_indices']['vs_floor']:.2f}x): not the designed form" in md
+    assert f"- maxpool_indices ({by['maxpool_indices']['vs_floor']:.2f}x): {arm_floor.GAPS['maxpool_indices']}" in md
 
 
 def test_report_only_adds_floors_to_a_results_file(tmp_path, capsys):
