@@ -26,8 +26,6 @@ scheduling, whichever path scheduled). To add a family: a module with its rule, 
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
-from tvm.s_tir import SBlock
 
 from . import analysis, cpu, decline, strided_loads
 from .decline import ScheduleDeclined
@@ -50,18 +48,11 @@ def finish_pass(target: tvm.target.Target, scheduled_only: bool = True) -> tvm.t
     functions are those marked ``tirx.is_scheduled``; a tuning candidate carries no mark, so the
     builder, all of whose functions are scheduled, passes ``scheduled_only=False``."""
     return _function_pass(target, "finish",
-                          lambda func: (_scheduled(func) or not scheduled_only) and _has_pool_blocks(func))
+                          lambda func: (_scheduled(func) or not scheduled_only) and analysis.has_pool_blocks(func))
 
 
 def _scheduled(func) -> bool:
     return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
-
-
-def _has_pool_blocks(func) -> bool:
-    """Whether ``func`` has a pooling block anywhere (scheduled or not)."""
-    found = []
-    tvm_ffi.structural_walk(func, (SBlock, lambda block: found.append(analysis.is_pool_block(block))))
-    return any(found)
 
 
 def _function_pass(target, which: str, applies) -> tvm.transform.Pass:

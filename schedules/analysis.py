@@ -45,6 +45,13 @@ def is_pool_block(block) -> bool:
     return str(ann.get(SCHEDULE_RULE_ATTR, "")) in TOPI_POOL_RULES
 
 
+def has_pool_blocks(node) -> bool:
+    """Whether ``node`` (a PrimFunc or module, scheduled or not) has a pooling block anywhere."""
+    found = []
+    tvm_ffi.structural_walk(node, (s_tir.SBlock, lambda block: found.append(is_pool_block(block))))
+    return any(found)
+
+
 def pool_kind(block) -> str:
     ann = block_annotations(block)
     if KIND_ATTR in ann:

@@ -382,6 +382,30 @@ def test_corrupt_log_warns_naming_the_file_and_keeps_good_records(tuned, tmp_pat
     assert any("missing" in m and "not a directory" in m for m in messages)
 
 
+def test_a_faster_record_that_is_not_usable_gives_way_to_another_logs(tuned, tmp_path):
+    """Logs are read lazily, per workload: when the fastest log's records are not usable (they
+    do not parse or do not replay on their workload), the next log's record is the one applied,
+    and named as its source."""
+    from tvm_pool.tuning import lookup  # pylint: disable=import-outside-toplevel
+
+    mod, log_dir, _, _ = tuned
+    fast, good = _copy(log_dir, tmp_path, "fast"), _copy(log_dir, tmp_path, "good")
+    records = os.path.join(fast, tuning.RECORD_FILE)
+    lines = []
+    for line in open(records).read().splitlines():
+        workload, (_, _, *rest) = json.loads(line)
+        lines.append(json.dumps([workload, [[[["GetSBlock", [], ["no_such_block", "main"], ["b0"]]], []], [1e-9], *rest]]))
+    with open(records, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with pytest.warns(tuning.TuningLogWarning, match="corrupt record skipped|does not replay"):
+        (record,) = tuning.load_logs(TARGET, [fast, good], shipped=False).get_all_tuning_records()
+    assert float(record.run_secs[0]) > 1e-9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tuning.TuningLogWarning)
+        sources = [source for _, source in lookup.records_for(mod, TARGET, [fast, good], shipped=False)]
+    assert any(source.endswith(f"from {good}") for source in sources), sources
+
+
 def test_a_gzipped_log_reads_as_the_plain_one(tuned, tmp_path):
     """The shipped logs are gzipped (database_*.json.gz): read as their plain twins, and
     tune_shipped's plain_log decompresses them for a step and gzips them back, byte for byte."""

@@ -127,14 +127,9 @@ def tuned_threads(log_meta: dict) -> set:
 
 def is_pooling(mod) -> bool:
     """Whether a tuning workload is a pooling PrimFunc (it has a tvm_pool or TOPI pool block)."""
-    import tvm_ffi  # pylint: disable=import-outside-toplevel
-    from tvm.s_tir import SBlock  # pylint: disable=import-outside-toplevel
-
     from ..schedules import analysis  # pylint: disable=import-outside-toplevel
 
-    found = []  # a walk, not a Schedule of each workload (0.7 s over the shipped logs)
-    tvm_ffi.structural_walk(mod, (SBlock, lambda block: found.append(analysis.is_pool_block(block))))
-    return any(found)
+    return analysis.has_pool_blocks(mod)  # a walk, not a Schedule of each workload (0.7 s over the shipped logs)
 
 
 def workload_name(mod) -> str:
@@ -396,13 +391,12 @@ def _best_replaying(log_dir: str, workload, records):
 
 
 def _load_uncached(target, candidates):
-    """(database, {workload key: log dir}) over the usable logs of ``candidates``: per
-    workload, the logs' records fastest first (a log whose best is not faster than another's
-    adds nothing). The records are parsed and replayed when compile asks for their workload
-    (:class:`_LazyDatabase`), not here: the shipped logs hold some 500 records of models a build
+    """(database, {workload key: log dir}) over the usable logs of ``candidates``. Each
+    workload's records are parsed and replayed when compile asks for it (:func:`_choose`, in
+    :func:`_lazy_database`), not here: the shipped logs hold some 500 records of models a build
     rarely has, and parsing and replaying them all took 3.5 of the 5.8 s a compile spent on
-    its logs."""
-    best: dict = {}  # structural key -> (secs, workload, records, log dir)
+    its logs. The log-dir map fills in as workloads are asked for."""
+    found: dict = {}  # structural key -> [(workload, records, log dir), ...] in the logs' order
     for log_dir, explicit in candidates:
         usable = _usable_log(log_dir, explicit, target)
         if usable is None:
@@ -413,42 +407,54 @@ def _load_uncached(target, candidates):
         for workload, records in logs.records:
             if not pooling_applies and is_pooling(workload.mod):
                 continue
-            key = tvm_ffi_key(workload.mod)
-            if key in best and best[key][0] <= records[0][0]:
-                continue
-            best[key] = (records[0][0], workload, records, log_dir)
-    if not best:
+            found.setdefault(tvm_ffi_key(workload.mod), []).append((workload, records, log_dir))
+    if not found:
         return None, {}
-    return _lazy_database(best), {key: log_dir for key, (_, _, _, log_dir) in best.items()}
+    sources: dict = {}
+    return _lazy_database(found, sources), sources
 
 
-def _lazy_database(best: dict):
-    """A MetaSchedule database of the best replaying record of each workload in ``best``
-    (structural key -> (secs, workload, records, log dir)), each found on first request."""
-    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload  # pylint: disable=import-outside-toplevel
+def _choose(entries):
+    """(secs, TuningRecord, log dir) of a workload's fastest replaying record over its logs'
+    ``entries`` (log order; a log whose best is not faster than the record chosen so far is not
+    parsed), or None."""
+    chosen = None
+    for workload, records, log_dir in entries:
+        if chosen is not None and chosen[0] <= records[0][0]:
+            continue
+        good = _best_replaying(log_dir, workload, records)
+        if good is not None:
+            chosen = (good[0], good[1], log_dir)
+    return chosen
+
+
+def _lazy_database(found: dict, sources: dict):
+    """A read-only MetaSchedule database of the best replaying record of each workload in
+    ``found`` (structural key -> its logs' entries), each chosen on first request, when its log
+    dir goes into ``sources``."""
     from tvm.ir.utils import derived_object  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload  # pylint: disable=import-outside-toplevel
 
     @derived_object
     class _LazyDatabase(PyDatabase):
-        """Read-only: the records of ``best``, parsed and replayed per workload when asked."""
+        """Read-only: the records of ``found``, parsed and replayed per workload when asked."""
 
         def __init__(self):
             super().__init__()
-            self.found: dict = {}  # structural key -> TuningRecord or None
+            self.chosen: dict = {}  # structural key -> TuningRecord or None
 
         def _record(self, key):
-            if key not in self.found:
-                entry = best.get(key)
-                good = entry and _best_replaying(entry[3], entry[1], entry[2])
-                self.found[key] = None
-                if good:
-                    record = good[1]
-                    self.found[key] = TuningRecord(record.trace, Workload(record.workload.mod), record.run_secs,
-                                                   record.target, record.args_info)
-            return self.found[key]
+            if key not in self.chosen:
+                self.chosen[key] = None
+                chosen = _choose(found.get(key, []))
+                if chosen is not None:
+                    _, record, sources[key] = chosen
+                    self.chosen[key] = TuningRecord(record.trace, Workload(record.workload.mod), record.run_secs,
+                                                    record.target, record.args_info)
+            return self.chosen[key]
 
         def has_workload(self, mod) -> bool:
-            return tvm_ffi_key(mod) in best
+            return tvm_ffi_key(mod) in found
 
         def commit_workload(self, mod):
             return Workload(mod)
@@ -461,9 +467,9 @@ def _lazy_database(best: dict):
             return [record] if record is not None else []
 
         def get_all_tuning_records(self) -> list:
-            return [r for r in (self._record(key) for key in best) if r is not None]
+            return [r for r in (self._record(key) for key in found) if r is not None]
 
         def __len__(self) -> int:
-            return len(best)
+            return len(found)
 
     return _LazyDatabase()
