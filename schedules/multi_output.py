@@ -40,6 +40,13 @@ def _stage(block) -> tuple[str, int] | None:
     return (match.group(1), int(match.group(2))) if match else None
 
 
+def _stage_name(block) -> str:
+    """The stage a block belongs to: its name without the output number (a merged block has
+    the stage's name already)."""
+    stage = _stage(block)
+    return stage[0] if stage else block.name_hint
+
+
 def _siblings(a, b) -> bool:
     """Are realizes ``a`` (possibly merged already) and ``b`` outputs of one stage: named
     ``stage_v*`` alike (``a`` earlier), bound to the same loops, with the same domains,
@@ -47,9 +54,8 @@ def _siblings(a, b) -> bool:
     if not (isinstance(a, s_tir.SBlockRealize) and isinstance(b, s_tir.SBlockRealize)):
         return False
     x, y = a.block, b.block
-    name_a = _stage(x)[0] if _stage(x) else x.name_hint  # a merged block has the stage's name
     stage_b = _stage(y)
-    if stage_b is None or stage_b[0] != name_a or stage_b[1] == 0 or x.init is not None or y.init is not None:
+    if stage_b is None or stage_b[0] != _stage_name(x) or stage_b[1] == 0 or x.init is not None or y.init is not None:
         return False
     if len(x.iter_vars) != len(y.iter_vars):
         return False
@@ -75,9 +81,8 @@ def _merge(a, b):
 
     body, reads, writes = tvm_ffi.structural_map((y.body, list(y.reads), list(y.writes)), (tirx.Var, rename))
     reads = list(x.reads) + [r for r in reads if not any(tvm_ffi.structural_equal(r, q) for q in x.reads)]
-    name = _stage(x)[0] if _stage(x) else x.name_hint
     block = s_tir.SBlock(
-        list(x.iter_vars), reads, list(x.writes) + list(writes), name, tirx.SeqStmt([x.body, body]),
+        list(x.iter_vars), reads, list(x.writes) + list(writes), _stage_name(x), tirx.SeqStmt([x.body, body]),
         alloc_buffers=list(x.alloc_buffers) + list(y.alloc_buffers), annotations=dict(x.annotations),
     )
     return s_tir.SBlockRealize(list(a.iter_values), a.predicate, block)

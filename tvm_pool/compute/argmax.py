@@ -48,10 +48,11 @@ def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="fi
     # With row-major numbering of the whole tensor the reduced index is the final one (the
     # plane offset is a constant per window); other numberings take a stage afterwards.
     fold_plane_offset = index_scope == "tensor" and storage_order == 0
-    pairs = uses_keys(windows, str(data.dtype), data.shape) and _argmax_pairs(data, windows, nan_index, fold_plane_offset)
+    keyed = uses_keys(windows, str(data.dtype), data.shape)
+    pairs = keyed and _argmax_pairs(data, windows, nan_index, fold_plane_offset)
     if pairs:
         values, raw_index = pairs
-    elif uses_keys(windows, str(data.dtype), data.shape):
+    elif keyed:
         values, raw_index = _argmax_keys(data, windows, nan_index, fold_plane_offset)
     else:
         values, raw_index = _argmax_reduction(data, windows, nan_index, fold_plane_offset)
@@ -60,7 +61,6 @@ def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="fi
         return values, raw_index
 
     spatial_sizes = [w.in_size for w in windows]
-    plane_size = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in spatial_sizes])
 
     def final_index(*out_idx):
         raw = raw_index[out_idx]
@@ -69,7 +69,7 @@ def argmax(data, windows, storage_order, index_scope, index_dtype, nan_index="fi
         else:
             index = _row_to_column_major(raw, spatial_sizes) if storage_order == 1 else raw
             if index_scope == "tensor":
-                index = row_major(out_idx[:lead], data.shape[:lead]) * plane_size + index
+                index = _plane_offset(data, out_idx[:lead], spatial_sizes) + index
         index = tirx.Select(raw == tirx.const(_SENTINEL_INDEX, "int64"), tirx.const(NO_INDEX, "int64"), index)
         return index.astype(index_dtype)
 
@@ -184,9 +184,7 @@ def _argmax_keys(data, windows, nan_index, fold_plane_offset):
         order = order_of(k)
         if is_float(work):
             negative_zero = tirx.bitwise_and(k, tirx.const(1, "int64")) != tirx.const(0, "int64")
-            signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
-            bits = tirx.Select(tirx.any(order < tirx.const(0, "int32"), negative_zero), signed, order)
-            x = tirx.reinterpret("float32", bits).astype(dtype)
+            x = _from_order(order, negative_zero).astype(dtype)
         else:
             x = order.astype(dtype)
         return tirx.Select(no_data(k), max_identity(dtype), x)
@@ -198,8 +196,7 @@ def _argmax_keys(data, windows, nan_index, fold_plane_offset):
         if nan_last:
             p = tirx.Select(order_of(k) == tirx.const(NAN_ORDER, "int32"), q, p)
         if fold_plane_offset:
-            plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
-            p = row_major(idx[:lead], data.shape[:lead]) * plane + p
+            p = _plane_offset(data, idx[:lead], sizes) + p
         return tirx.Select(no_data(k), tirx.const(_SENTINEL_INDEX, "int64"), p)
 
     shape = out_shape(data, windows)
@@ -260,8 +257,7 @@ def _argmax_pairs(data, windows, nan_index, fold_plane_offset):
             p = tirx.Select(v == max_identity(work), plane_position([tirx.Cast("int32", f) for f in first]), p)
         p = tirx.Cast("int64", p)
         if fold_plane_offset:
-            plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
-            p = row_major(idx[:lead], data.shape[:lead]) * plane + p
+            p = _plane_offset(data, idx[:lead], sizes) + p
         return p if has_data is True else tirx.Select(has_data, p, tirx.const(_SENTINEL_INDEX, "int64"))
 
     shape = out_shape(data, windows)
@@ -277,15 +273,20 @@ def _argmax_pairs(data, windows, nan_index, fold_plane_offset):
     return layout.compute(data, shape, value, name="max_pool", attrs=attrs), index
 
 
-def _order_of_identity() -> int:
-    """The key :func:`_order` gives -inf."""
-    return -0x7F800000
-
-
-def _from_order(order):
-    """The float32 whose :func:`_order` is ``order`` (+0.0 for 0; NAN_ORDER is the canonical NaN's bits)."""
+def _from_order(order, negative_zero=None):
+    """The float32 whose :func:`_order` is ``order``: +0.0 for 0, or -0.0 where
+    ``negative_zero`` holds; NAN_ORDER is the canonical NaN's bits."""
     signed = tirx.bitwise_or(tirx.const(0, "int32") - order, tirx.const(-(2**31), "int32"))
-    return tirx.reinterpret("float32", tirx.Select(order < tirx.const(0, "int32"), signed, order))
+    negative = order < tirx.const(0, "int32")
+    if negative_zero is not None:
+        negative = tirx.any(negative, negative_zero)
+    return tirx.reinterpret("float32", tirx.Select(negative, signed, order))
+
+
+def _plane_offset(data, lead_idx, sizes):
+    """The row-major position (int64) of plane ``lead_idx``'s first element in ``data``."""
+    plane = reduce(lambda a, b: a * b, [tirx.Cast("int64", n) for n in sizes])
+    return row_major(lead_idx, data.shape[:len(lead_idx)]) * plane
 
 
 def _first_data_tap(windows, out_idx):

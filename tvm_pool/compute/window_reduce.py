@@ -138,6 +138,10 @@ def window_max_position(data: te.Tensor, windows, nan_last: bool = False, name: 
     def number(n):
         return tirx.const(n, POSITION)
 
+    def first_number(x, step):
+        """The number a tap read from the data carries (flipped for a NaN under nan_last)."""
+        return tirx.Select(is_nan_tap(x), number(NAN_FLIP - step), number(step)) if flip else number(step)
+
     def combine(taps):
         # The max appears again in each tap's test, not as a let: schedules duplicate a pass's
         # body (loop partitions), and a let variable may be defined only once; LLVM computes
@@ -155,7 +159,7 @@ def window_max_position(data: te.Tensor, windows, nan_last: bool = False, name: 
         step = r << fields[axis][0]
         if first:
             x = prev(*src)
-            return x, (tirx.Select(is_nan_tap(x), number(NAN_FLIP - step), number(step)) if flip else number(step))
+            return x, first_number(x, step)
         x, n = prev[0](*src), prev[1](*src)
         if step == 0:
             return x, n
@@ -167,8 +171,7 @@ def window_max_position(data: te.Tensor, windows, nan_last: bool = False, name: 
 
     def tap(idx, rs):
         x = padded_access(source, windows, offsets, idx, rs)
-        step = sum(r << shift for r, (shift, _) in zip(rs, fields))
-        return x, (tirx.Select(is_nan_tap(x), number(NAN_FLIP - step), number(step)) if flip else number(step))
+        return x, first_number(x, sum(r << shift for r, (shift, _) in zip(rs, fields)))
 
     return _all_taps_pass(source, offsets, windows, combine, "max_index", name, None, tap=tap)
 
