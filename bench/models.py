@@ -102,7 +102,7 @@ def _tvm_runner(ex, x):
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
     fn = relax.VirtualMachine(ex, tvm.cpu())["main"]
-    arg = tvm.runtime.tensor(x)
+    arg = timing.tvm_input(timing.aligned(x))
 
     def run():
         out = fn(arg)

@@ -15,6 +15,7 @@ import time
 from tvm_pool.errors import TvmPoolError
 
 from .summary import short_reason
+from .timing import tvm_input
 from .workloads import Workload, fused_bias
 
 PEERS = ("tvm_pool", "tvm", "onnxruntime", "torch", "openvino")
@@ -133,7 +134,7 @@ def _tvm_runner(ex, x):
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    arg = tvm.runtime.tensor(x)
+    arg = tvm_input(x)  # x's own memory, as the other peers read it
     fn = vm["main"]
     return lambda: fn(arg)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .cuda_replay import numpy_dtype
+from .timing import aligned
 
 
 @dataclass
@@ -413,12 +414,13 @@ def fused_bias(w: Workload) -> np.ndarray:
 
 def make_input(w: Workload) -> np.ndarray:
     """The input of ``w``, seeded so that every peer and every run times the same data (integer
-    types over their whole range, so max pooling does not see ties everywhere)."""
+    types over their whole range, so max pooling does not see ties everywhere), 64-byte
+    aligned so that the TVM peers read this array itself, as the others do (timing.tvm_input)."""
     rng = np.random.default_rng(0)
     if w.dtype in ("int8", "uint8"):
         info = np.iinfo(w.dtype)
-        return rng.integers(info.min, info.max, size=w.shape, dtype=w.dtype)
-    return rng.standard_normal(w.shape).astype(numpy_dtype(w.dtype))
+        return aligned(rng.integers(info.min, info.max, size=w.shape, dtype=w.dtype))
+    return aligned(rng.standard_normal(w.shape).astype(numpy_dtype(w.dtype)))
 
 
 def out_bytes(model) -> int:

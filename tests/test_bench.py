@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tvm_pool.bench import peers, report, runner, timing
+from tvm_pool.bench import peers, report, runner, timing, workloads
 from tvm_pool.bench.workloads import QUICK
 from tvm_pool.thread_pool import BIND_THREADS_VARIABLE
 
@@ -59,6 +59,22 @@ def test_copy_limit_moves_the_workloads_bytes():
     assert timing.copy_size(10, 10) == 64  # at least a cache line
     dst = runner.copy_runner(1000, 200, threads=1)()
     assert dst.numel() == 600 and bool((dst == 1).all())
+
+
+def test_every_peer_reads_the_same_aligned_input_and_tvm_takes_it_without_a_copy():
+    """The TVM peers read the input array itself (DLPack), as PyTorch, onnxruntime and OpenVINO
+    do, not a copy in TVM's own memory (which gets no huge pages: timing.INPUT_ALIGNMENT)."""
+    w = next(w for w in workloads.workloads(quick=True) if w.dtype == "float32")
+    x = workloads.make_input(w)
+    assert x.ctypes.data % timing.INPUT_ALIGNMENT == 0 and x.flags.c_contiguous
+    t = timing.tvm_input(x)
+    assert t.data_ptr() == x.ctypes.data  # the same memory
+    np.testing.assert_array_equal(t.numpy(), x)
+    odd = np.zeros(1001, "float32")[1:]  # 4 bytes past an aligned start at best
+    a = timing.aligned(odd)
+    assert a.ctypes.data % timing.INPUT_ALIGNMENT == 0 and a.shape == odd.shape
+    np.testing.assert_array_equal(a, odd)
+    np.testing.assert_array_equal(timing.tvm_input(odd).numpy(), odd)  # a copy, same values
 
 
 def test_sample_times_exclude_warmup_and_include_sync():
