@@ -78,7 +78,9 @@ def build(name: str):
     torchvision = import_torchvision()
     torch.manual_seed(SEED)
     module = torchvision.models.get_model(name, weights=None, **BUILD_KWARGS.get(name, {})).eval()
-    x = torch.from_numpy(np.random.default_rng(SEED).standard_normal((1, 3, size, size)).astype("float32"))
+    # aligned, so that the TVM peers take this memory as it is (timing.tvm_input), as the others do
+    x = np.random.default_rng(SEED).standard_normal((1, 3, size, size)).astype("float32")
+    x = torch.from_numpy(timing.aligned(x))
     return module, x
 
 
@@ -102,7 +104,7 @@ def _tvm_runner(ex, x):
     from tvm import relax  # pylint: disable=import-outside-toplevel
 
     fn = relax.VirtualMachine(ex, tvm.cpu())["main"]
-    arg = timing.tvm_input(timing.aligned(x))
+    arg = timing.tvm_input(x)
 
     def run():
         out = fn(arg)
@@ -144,7 +146,7 @@ def start(peer: str, subject: Subject, threads: int):
     """(run, a call returning the output as a NumPy array, compile seconds or None) of ``peer``;
     raises the peer's runtime errors (:func:`_errors`) where it cannot run the model."""
     module, x, model = subject.module, subject.x, subject.onnx
-    xn = x.numpy()
+    xn = x.numpy()  # the same memory, aligned (subject): every peer reads it
     if peer in (*ROADS, "tvm"):
         begin = time.perf_counter()
         ex = _tvm_build(peer, subject)

@@ -32,12 +32,18 @@ WARMUP_S = 0.02
 INPUT_ALIGNMENT = 64
 
 
+def is_aligned(x) -> bool:
+    """Is ``x`` C-contiguous, its data starting on an INPUT_ALIGNMENT-byte boundary (what
+    DLPack into TVM asks)?"""
+    return bool(x.flags.c_contiguous) and x.ctypes.data % INPUT_ALIGNMENT == 0
+
+
 def aligned(x):
     """``x`` as a C-contiguous array whose data start on an INPUT_ALIGNMENT-byte boundary (a
     copy when ``x``'s do not)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
 
-    if x.flags.c_contiguous and x.ctypes.data % INPUT_ALIGNMENT == 0:
+    if is_aligned(x):
         return x
     buf = np.empty(x.nbytes + INPUT_ALIGNMENT, dtype=np.uint8)
     start = -buf.ctypes.data % INPUT_ALIGNMENT
@@ -51,7 +57,7 @@ def tvm_input(x):
     other peer reads it; else a copy."""
     import tvm  # pylint: disable=import-outside-toplevel
 
-    if x.flags.c_contiguous and x.ctypes.data % INPUT_ALIGNMENT == 0:
+    if is_aligned(x):
         return tvm.runtime.from_dlpack(x)
     return tvm.runtime.tensor(x)
 

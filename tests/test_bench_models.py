@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from tvm_pool.bench import models, models_report, runner  # noqa: E402
+from tvm_pool.bench import models, models_report, runner, timing  # noqa: E402
 
 
 class TinyCnn(torch.nn.Module):
@@ -90,6 +90,15 @@ def test_a_slow_peer_gets_one_call_a_turn_and_one_warm_up(monkeypatch, no_settle
     samples = models.take_turns({"slow": runner("slow", 0.02), "fast": runner("fast", 0.0)}, {})
     assert len(samples["slow"]) == models.MIN_CALLS + 2 and calls["slow"] == len(samples["slow"]) + 1
     assert len(samples["fast"]) >= 3 * models.MIN_CALLS and calls["fast"] == len(samples["fast"]) + 3
+
+
+def test_the_model_input_is_one_aligned_array_that_every_peer_reads():
+    """build() makes the input aligned, so that the TVM peers take its memory through DLPack
+    (timing.tvm_input) instead of a copy in TVM's own: the array the other peers read."""
+    _, x = models.build("squeezenet1_1")
+    xn = x.numpy()
+    assert timing.is_aligned(xn)
+    assert timing.tvm_input(xn).data_ptr() == xn.ctypes.data
 
 
 def test_relative_error():
