@@ -133,25 +133,29 @@ def clamped_taps(target: tvm.target.Target) -> bool:
 def tir_pipeline(target: tvm.target.Target) -> str:
     """The name of the TIR lowering pipeline for ``target``: TVM's default, plus, for CPU
     families, the rewrite of strided vector loads (:mod:`.strided_loads`, families with
-    de-interleaving loads instead of gathers) and small scratch buffers on the stack
+    de-interleaving loads instead of gathers), the NaN-propagating max as two plain maxima ORed
+    (:mod:`.nan_max`, families with ``nan_max_or_bits``) and small scratch buffers on the stack
     (:mod:`.stack_buffers`, families with ``stack_buffer_bytes``)."""
     rule = rule_for(target)
     if not isinstance(rule, cpu.Pool):
         return "default"
     config = rule.config(target)
-    if config.deinterleaving_loads and not config.stack_buffer_bytes:
+    if config.deinterleaving_loads and not config.stack_buffer_bytes and not config.nan_max_or_bits:
         return strided_loads.register_pipeline()
-    if not config.stack_buffer_bytes:
+    if not config.stack_buffer_bytes and not config.nan_max_or_bits:
         return "default"
-    return _register_cpu_pipeline(config.deinterleaving_loads, config.stack_buffer_bytes)
+    return _register_cpu_pipeline(config.deinterleaving_loads, config.stack_buffer_bytes, config.nan_max_or_bits)
 
 
-def _register_cpu_pipeline(strided: bool, stack_bytes: int) -> str:
+def _register_cpu_pipeline(strided: bool, stack_bytes: int, or_bits: int) -> str:
     """TVM's default TIR pipeline followed by tvm_pool's CPU lowering passes, registered once."""
+    from .nan_max import or_max_pass  # pylint: disable=import-outside-toplevel
     from .stack_buffers import stack_buffers_pass  # pylint: disable=import-outside-toplevel
 
-    passes = ([strided_loads.strided_loads_pass] if strided else []) + [stack_buffers_pass(stack_bytes)]
-    return register_after_default(f"tvm_pool.cpu.strided{int(strided)}.stack{stack_bytes}", passes)
+    passes = ([strided_loads.strided_loads_pass] if strided else []) + ([or_max_pass(or_bits)] if or_bits else [])
+    passes += [stack_buffers_pass(stack_bytes)] if stack_bytes else []
+    name = f"tvm_pool.cpu.strided{int(strided)}.stack{stack_bytes}" + (f".or_max{or_bits}" if or_bits else "")
+    return register_after_default(name, passes)
 
 
 def register_meta_schedule_rules() -> list[str]:

@@ -72,6 +72,12 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # instructions per output. The order of the last adds changes (within the tolerances of the
     # partial sums themselves). x86 takes it too (schedules/x86.py).
     halving_lane_sums: bool = False
+    # The NaN-propagating float max over vectors of at least this many bits is lowered as two
+    # plain maxima ORed bitwise (schedules/nan_max.py) instead of the compute's NaN test per tap
+    # and select (0: never). On x86 (MAXPS returns its second operand for a NaN) that needs no
+    # mask register: AVX-512 has 7 for the select's tests, and a pass row of several registers
+    # spills them. Measured there (see schedules/x86.py).
+    nan_max_or_bits: int = 0
 
     # --- thresholds ---
     # Smaller inputs run on one thread: waking and joining the workers (about 1 us here) costs

@@ -42,6 +42,9 @@ KNOBS = (
 # on the stack: a thread's stack holds them whatever the platform's default stack size.
 STACK_BUFFER_BYTES = 32 * 1024
 
+# The NaN max as plain maxima ORed (schedules/nan_max.py) over vectors of this many bits or more.
+NAN_MAX_OR_BITS = 4 * 512
+
 
 class Pool(cpu.Pool):
     """The shared CPU rule on x86 targets."""
@@ -63,5 +66,11 @@ class Pool(cpu.Pool):
         # taps). Halving, 1 thread / 2 threads, ms: 8x528x56x56 1.95 -> 1.81 / 1.13 -> 1.03,
         # 8x240x56x56 0.50 -> 0.42 / 0.24 -> 0.20, 8x64x112x112 0.52 -> 0.44 / 0.25 -> 0.24;
         # 7x7 planes unchanged.
+        # nan_max_or_bits: the NaN max as two MAXPS ORed over vectors of 4 AVX-512 registers or
+        # more. Same PrimFunc, interleaved A/B, 1 thread, ms, select -> OR over all vectors / over
+        # these: 8x96x109x109 3x3 s2 ceil 3.11 -> 2.07 / 2.26 (its first pass's rows are 109
+        # lanes), 8x64x111x111 1.76 -> 1.52 / 1.44, 8x192x71x71 1.72 -> 1.67 / 1.60; over
+        # one-register rows the select is faster: 1x480x14x14 3x3 s1 0.029 -> 0.037 / 0.029.
         return CpuConfig("x86", vector_bits=x86_vector_bits(target), num_threads=target_threads(target),
-                         plane_copy_short_rows=True, stack_buffer_bytes=STACK_BUFFER_BYTES, halving_lane_sums=True)
+                         plane_copy_short_rows=True, stack_buffer_bytes=STACK_BUFFER_BYTES, halving_lane_sums=True,
+                         nan_max_or_bits=NAN_MAX_OR_BITS)

@@ -18,7 +18,7 @@ from tvm_pool import relax_ops
 from tvm_pool.schedules import cpu, rules_for, x86
 from tvm_pool.targets import host_target
 from helpers import host_is_x86 as _host_is_x86
-from helpers import pool_module
+from helpers import emit_module, pool_module
 
 # Targets the rule is asked about (compile only) ...
 AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -32,18 +32,7 @@ RUN = host_target()
 pytestmark = pytest.mark.skipif(not _host_is_x86(), reason="x86 schedules run on an x86 host")
 
 
-def _module(shape, dtype, emit, epilogue=None, prologue=None):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, dtype))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            inp = bb.emit(prologue(x)) if prologue else x
-            y = emit(bb, inp)
-            if epilogue is not None:
-                y = bb.emit(epilogue(y))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get()
+_module = emit_module
 
 
 def _data(shape, dtype, seed=0):

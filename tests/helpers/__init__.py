@@ -155,6 +155,23 @@ def pool_module(shape, pool, dtype: str = "float32") -> tvm.IRModule:
     return bb.get()
 
 
+def emit_module(shape, dtype, emit, epilogue=None, prologue=None) -> tvm.IRModule:
+    """A Relax module whose ``main`` takes one input of ``shape`` and ``dtype`` through
+    ``prologue`` (a Relax expression of it, optional), ``emit(bb, x)`` (a pool emitted with
+    the block builder) and ``epilogue`` (optional)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            inp = bb.emit(prologue(x)) if prologue else x
+            y = emit(bb, inp)
+            if epilogue is not None:
+                y = bb.emit(epilogue(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def compile_vm(mod) -> relax.VirtualMachine:
     """``mod`` (a Relax module) compiled by tvm_pool for this CPU, as a VirtualMachine on it."""
     return relax.VirtualMachine(tvm_pool.compile(mod, "llvm"), tvm.cpu())
