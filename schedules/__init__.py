@@ -140,10 +140,8 @@ def tir_pipeline(target: tvm.target.Target) -> str:
     if not isinstance(rule, cpu.Pool):
         return "default"
     config = rule.config(target)
-    if config.deinterleaving_loads and not config.stack_buffer_bytes and not config.nan_max_or_bits:
-        return strided_loads.register_pipeline()
     if not config.stack_buffer_bytes and not config.nan_max_or_bits:
-        return "default"
+        return strided_loads.register_pipeline() if config.deinterleaving_loads else "default"
     return _register_cpu_pipeline(config.deinterleaving_loads, config.stack_buffer_bytes, config.nan_max_or_bits)
 
 

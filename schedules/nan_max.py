@@ -161,11 +161,11 @@ def _vector_bits(dtype: str) -> int:
 
 
 def _rewrite(select, min_bits: int):
-    leaves = match(select)
-    dtype = _dtype(select)
-    if leaves is None or _scalar(dtype) not in _BITS or _vector_bits(dtype) < max(min_bits, 1):
+    dtype = _dtype(select)  # the dtype first: matching compares every tap
+    if _scalar(dtype) not in _BITS or _vector_bits(dtype) < max(min_bits, 1):
         return select
-    return _bound(leaves, dtype)
+    leaves = match(select)
+    return select if leaves is None else _bound(leaves, dtype)
 
 
 def rewrite_function(func, min_bits: int):
@@ -175,13 +175,6 @@ def rewrite_function(func, min_bits: int):
 
 
 def or_max_pass(min_bits: int):
-    """The module pass of :func:`rewrite_function` (after TVM's TIR pipeline)."""
-
-    @tvm.transform.module_pass(opt_level=0, name=f"tvm_pool.NanMaxAsOr{min_bits}")
-    def _pass(mod, _ctx):
-        updates = {gv: rewrite_function(f, min_bits) for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)}
-        for gv, f in updates.items():
-            mod[gv] = f
-        return mod
-
-    return _pass
+    """The pass of :func:`rewrite_function` over every PrimFunc (after TVM's TIR pipeline)."""
+    return tirx.transform.prim_func_pass(lambda func, _mod, _ctx: rewrite_function(func, min_bits),
+                                         opt_level=0, name=f"tvm_pool.NanMaxAsOr{min_bits}")

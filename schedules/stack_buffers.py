@@ -55,16 +55,11 @@ def _on_stack(limit: int):
 
 
 def stack_buffers_pass(limit: int) -> tvm.transform.Pass:
-    """A module pass putting every constant-size global scratch buffer of at most ``limit``
-    bytes of each PrimFunc on the stack (see the module docstring)."""
+    """A pass putting every constant-size global scratch buffer of at most ``limit`` bytes of
+    each PrimFunc on the stack (see the module docstring)."""
+    rewrite = _on_stack(limit)
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.StackBuffers")
-    def _pass(mod, _ctx):
-        rewrite = _on_stack(limit)
-        updates = {gv: tvm_ffi.structural_map(f, (tirx.AllocBuffer, rewrite))
-                   for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)}
-        for gv, f in updates.items():
-            mod[gv] = f
-        return mod
+    def _pass(func, _mod, _ctx):
+        return tvm_ffi.structural_map(func, (tirx.AllocBuffer, rewrite))
 
-    return _pass
+    return tirx.transform.prim_func_pass(_pass, opt_level=0, name="tvm_pool.StackBuffers")

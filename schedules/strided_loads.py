@@ -147,12 +147,8 @@ def _probe_load():
 LOAD = type(_probe_load())  # TVM 0.27's buffer load node (what tirx.BufferLoad builds)
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_pool.StridedLoadsAsShuffles")
-def strided_loads_pass(mod, _ctx):
-    updates = {gv: rewrite_function(f) for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)}
-    for gv, f in updates.items():
-        mod[gv] = f
-    return mod
+strided_loads_pass = tirx.transform.prim_func_pass(lambda func, _mod, _ctx: rewrite_function(func), opt_level=0,
+                                                   name="tvm_pool.StridedLoadsAsShuffles")
 
 
 PIPELINE = "tvm_pool.deinterleave"
