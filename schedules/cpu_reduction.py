@@ -121,8 +121,14 @@ def _parallel_static_lead(sch, spatial, extents) -> None:
         sch.parallel(spatial[0])
 
 
+# Maxima that rfactor takes (a plain max, TVM's own reducer) when their type is an integer: the
+# integer data's own, and a float's order keys (a keyed plane's, an argmax's). A float max's
+# NaN-propagating select is not one rfactor knows.
+INTEGER_MAX_KINDS = ("max", "trt_max", "max_index")
+
+
 def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):
-    """A long sum over contiguous taps as vector partial sums (NEON: 1-D avg k64 s32 took 130
+    """A long sum (or integer max) over contiguous taps as vector partial sums (NEON: 1-D avg k64 s32 took 130
     instructions per output in order, as many as stock TVM; x86: see config.max_partial_sum_lanes)::
 
         for out[-1]
@@ -136,11 +142,12 @@ def _vector_partial_sums(sch, block, config: CpuConfig, reduce_loops, taps):
     plane); anything else keeps the in-order schedule (None). Returns the row loop (rfactor gives
     the partial sums a copy of the block's loops; the write-back joins them there) and what is
     left to do once the consumers are attached (loop_partition's blocks would keep them out)."""
-    if not reduce_loops:
-        return None
-    if not analysis.pool_kind(sch.get(block)).endswith("_sum") or taps is None or taps <= config.max_unrolled_row_taps:
+    if not reduce_loops or taps is None or taps <= config.max_unrolled_row_taps:
         return None
     dtype = analysis.region_dtype(sch.get(block).writes[0])
+    kind = analysis.pool_kind(sch.get(block))
+    if not (kind.endswith("_sum") or (kind in INTEGER_MAX_KINDS and not dtype.startswith(("float", "bfloat")))):
+        return None
     register = max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1)
     if taps >= config.very_long_sum_taps:
         lanes = register * config.very_long_sum_registers

@@ -40,7 +40,7 @@ CPU_KINDS = (
 )
 ELEMENTWISE_KINDS = (
     "max_pass", "avg_sum_pass", "lp_sum_pass", "trt_max_pass", "trt_avg_sum_pass", "trt_lp_sum_pass",
-    "max_index_finalize", "avg_finalize", "lp_finalize",
+    "max_finalize", "trt_max_finalize", "max_index_finalize", "avg_finalize", "lp_finalize",
     "adaptive_max_index_finalize", "adaptive_avg_finalize", "trt_finalize",
     "pad", "widen",  # the padded copy and bf16 widening: placed by the reduction's rule
 )

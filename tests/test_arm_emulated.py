@@ -145,6 +145,9 @@ def cases():
         for dtype in ("float32", "float16", "bfloat16"):
             oracle = "ort" if dtype == "float32" else "ref"
             c.append((f"{op}_{dtype}", pool_model(op, [1, 32, 7, 7], dtype), {"X": _input([1, 32, 7, 7], dtype, 17)}, oracle))
+    for dtype in ("float32", "float16"):  # a plane past the flat plane's: the max of keys in vector partial maxima
+        c.append((f"GlobalMaxPool_keyed_{dtype}", pool_model("GlobalMaxPool", [2, 5, 30, 33], dtype),
+                  {"X": _input([2, 5, 30, 33], dtype, 19)}, "ort" if dtype == "float32" else "ref"))
     c.append(("global_lppool", pool_model("GlobalLpPool", [1, 8, 5, 6], p=2), {"X": _input([1, 8, 5, 6], "float32", 18)}, "ref"))
     idx_in = helper.make_tensor_value_info("I", TensorProto.INT64, [1, 2, 3, 3])
     idx = np.array([[[[0, 3, 5], [13, 15, 17], [25, 28, 30]], [[37, 39, 41], [49, 52, 54], [60, 63, 65]]]], np.int64)

@@ -533,11 +533,21 @@ def test_schedule_copies_its_base_and_replays():
     assert _same(cuda.Pool().apply(func, GPU80, False), sch)
 
 
-def test_fallback_warp_to_a_thread_per_plane():
-    """A global max (NaN-propagating: TVM's cross-thread reduction cannot lower it) raises
-    NoWarpReduction as a warp reduction; the rule schedules a thread per plane instead, which
-    the simulation proves exact."""
+def test_global_max_warp_reduces_its_keys():
+    """A float32 global max over a plane larger than a flat plane reduces uint32 order keys
+    (compute.forms.keyed_plane): a plain max, which TVM's cross-thread reduction lowers, so the
+    plane takes a warp (threadIdx.y binds the planes), exact with NaNs in the simulation."""
     func, params = _te_func([1, 5, 32, 32], lambda x: compute.global_pool(x, "max"))
+    sch = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG)
+    assert "threadIdx.y" in sch.mod["main"].script()
+    _simulated_equal(func, params, CONFIG)
+
+
+def test_fallback_warp_to_a_thread_per_plane():
+    """A float64 global max (no order keys; NaN-propagating select: TVM's cross-thread
+    reduction cannot lower it) raises NoWarpReduction as a warp reduction; the rule schedules a
+    thread per plane instead, which the simulation proves exact."""
+    func, params = _te_func([1, 5, 32, 32], lambda x: compute.global_pool(x, "max"), dtype="float64")
     with pytest.raises(cuda.NoWarpReduction):
         cuda.schedule_function(s_tir.Schedule(func), CONFIG)
     sch = cuda.Pool().schedule(s_tir.Schedule(func), CONFIG)

@@ -151,6 +151,52 @@ def half_order_of_minus_inf(dtype: str) -> int:
     return -(1 << 15)
 
 
+# float32 as uint32 of the same order (:func:`single_order`): how many NaN bit patterns one sign has.
+_SINGLE_NAN_COUNT = 0x7FFFFF
+_INT32_SIGN = -(1 << 31)
+
+
+def single_order(x):
+    """A float32 ``x`` as a uint32 that orders as the value does, with every NaN above +inf and
+    -inf at 0 (the uint32 max's identity), so a NaN-propagating max of the values is the uint32
+    max of these: four vector operations per element, and a max that TVM's ``rfactor`` knows
+    (its NaN-max select it does not).
+
+    The bits with the magnitude inverted when negative and the sign bit inverted when not order
+    the numbers as unsigned integers (the radix-sort key: -0.0 just below +0.0), the negative
+    NaNs below -inf and the positive ones above +inf; moving every key down by the count of NaNs
+    of one sign (uint32 arithmetic wraps; TVM's LLVM code marks int32 arithmetic no-wrap) takes
+    the negative NaNs round to the top."""
+    bits = tirx.reinterpret("int32", x)
+    sign = tirx.shift_right(bits, tirx.const(31, "int32"))  # arithmetic: -1 negative, 0 not
+    flipped = tirx.bitwise_xor(bits, tirx.bitwise_or(sign, tirx.const(_INT32_SIGN, "int32")))
+    return tirx.Sub(tirx.reinterpret("uint32", flipped), tirx.const(_SINGLE_NAN_COUNT, "uint32"))
+
+
+def single_from_order(key):
+    """The float32 value of a :func:`single_order` key (a NaN keeps its bits)."""
+    flipped = tirx.reinterpret("int32", tirx.Add(key, tirx.const(_SINGLE_NAN_COUNT, "uint32")))
+    # the sign bit set: a number that was not negative (invert the sign only); clear: invert all
+    sign = tirx.shift_right(flipped, tirx.const(31, "int32"))
+    mask = tirx.bitwise_or(tirx.bitwise_not(sign), tirx.const(_INT32_SIGN, "int32"))
+    return tirx.reinterpret("float32", tirx.bitwise_xor(flipped, mask))
+
+
+# The float types with integer order keys (float64 has none: its max keeps its select).
+ORDER_KEY_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def order_key(x, dtype: str):
+    """``x`` as an integer key of the same order (NaN above +inf), ``dtype`` one of
+    :data:`ORDER_KEY_DTYPES`."""
+    return half_order(x, dtype) if dtype in HALF_INF_BITS else single_order(x)
+
+
+def from_order_key(key, dtype: str):
+    """The value of an :func:`order_key` key of a ``dtype`` value."""
+    return half_from_order(key, dtype) if dtype in HALF_INF_BITS else single_from_order(key)
+
+
 NAN_INDEX_RULES = ("first", "last")
 
 

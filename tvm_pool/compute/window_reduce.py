@@ -19,8 +19,8 @@ from tvm import te, tirx
 from .. import spec
 from . import forms, layout
 from .common import (
-    HALF_INF_BITS, PASS_AXIS_ATTR, accumulate_dtype, block_attrs, half_from_order, half_order, half_order_of_minus_inf,
-    is_float, is_nan, max_identity, max_of_all, nan_max_reducer,
+    HALF_INF_BITS, ORDER_KEY_DTYPES, PASS_AXIS_ATTR, accumulate_dtype, block_attrs, from_order_key, half_from_order,
+    half_order, half_order_of_minus_inf, is_float, is_nan, max_identity, max_of_all, nan_max_reducer, order_key,
 )
 from .forms import FLAT_LANES
 from .windows import clamped_access, clamps_exactly, out_shape, padded, padded_access, reduce_axes
@@ -41,6 +41,10 @@ def window_max(data: te.Tensor, windows, kind: str = "max", name: str = "max_poo
         # every tap read from the data itself, its index clamped (no padded copy, no branches)
         return _all_taps_pass(data, None, windows, functools.partial(max_of_all, dtype=dtype, ordered_pairs=True),
                               kind, name, dtype, tap=functools.partial(clamped_access, data, windows))
+    if form == forms.KEYED_PLANE:
+        if keys is None and dtype in ORDER_KEY_DTYPES:
+            return _keyed_plane_max(data, windows, kind, name)
+        form = forms.DIRECT  # integers (their own keys), float64, the argmax's keys
     if keys is not None:
         source, offsets = padded(data, windows, max_identity("int64"), dtype="int64", element=keys)
         data, work, finish = source, "int64", "int64"
@@ -224,6 +228,23 @@ def _window_maxima(source, offsets, windows, kind, name):
         return reducer(padded_access(source, windows, offsets, out_idx, rvars), axis=rvars)
 
     return layout.compute(source, out_shape(source, windows), value, name=name, attrs=block_attrs(kind, len(windows)))
+
+
+def _keyed_plane_max(data, windows, kind, name):
+    """A global max (:func:`tvm_pool.compute.forms.keyed_plane`) as the integer max of each
+    element's order key (``common.order_key``), then each plane's key back to its value (a
+    ``*_finalize`` stage, one element per plane)."""
+    dtype = str(data.dtype)
+    rank = len(windows)
+
+    def key_max(*out_idx):
+        rvars = reduce_axes(windows)
+        return te.max(order_key(padded_access(data, windows, [0] * rank, out_idx, rvars), dtype), axis=rvars)
+
+    shape = out_shape(data, windows)
+    keys = layout.compute(data, shape, key_max, name=f"{name}_keys", attrs=block_attrs(kind, rank))
+    return layout.compute(data, shape, lambda *idx: from_order_key(keys(*idx), dtype), name=name,
+                          attrs=block_attrs(f"{kind}_finalize", rank))
 
 
 def _window_sums(source, offsets, windows, acc, map_input, kind, name):
