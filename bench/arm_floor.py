@@ -178,11 +178,10 @@ GAPS = {
                        "and the index is assembled from the tap in a stage of its own (the key back to a value, the tap's "
                        "offsets by shifts and masks, the widening to int64 and its two stores: about 18 instructions per "
                        "4 outputs) instead of in the last pass; on the list",
-    "maxpool_int8": "the stride-2 pass: its rows are cut at 8 of NEON's 16 int8 lanes (vector_row_lanes caps a row at "
-                    "max_partial_sum_lanes), and LLVM rebuilds the third tap from the stored row lane by lane (assembly); "
-                    "16-lane rows alone were slower (0.265 -> 0.48 M, the padding no longer cut into pieces): on the list",
-    "maxpool_int8_56": "as maxpool_int8, and each 28-wide output row ends in 4 scalar outputs (the row is left to LLVM's "
-                       "vectoriser, 3 x 8 lanes and a scalar tail; assembly): on the list",
+    "maxpool_int8_56": "each 28-wide output row is TVM vectors of 16, 8 and 4 int8 lanes, and NEON has no 4-lane int8 "
+                       "vector: LLVM widens the last piece to 16-bit lanes and back (sign-extending shifts: about 13 "
+                       "instructions for 4 outputs, a quarter of the row's 53); the first pass's 57-wide rows are 16 + "
+                       "16 + 16 + 8 lanes and a scalar padding edge (assembly): on the list",
     "maxpool_fp16": "cortex-a72 has no fullfp16, so the padded plane is copied (a widened dtype keeps the copy) as int16 "
                     "order keys: 4 vector operations a key and an address add for each store, about 7 instructions per 8 "
                     "inputs where the floor counts 3 and no copy (assembly); the passes run on the keys at 16 and 8 lanes: "

@@ -335,6 +335,7 @@ class Pool(cpu.Pool):
             channel_vector_registers=4, channel_tap_reuse=True, channel_inline_consumers=False, long_window_rows_outer=False,
             long_sum_registers=1,  # one register of partial sums, as its instruction counts were measured
             very_long_sum_registers=1,
+            max_row_lanes=16,  # int8/uint8 rows in whole registers (SMAX/UMAX of 16 lanes)
         )
 
     def prepare(self, func):

@@ -109,6 +109,12 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # lanes, 0.38 ms with 16). The sums round differently from the compute's in-order loop: a
     # few ulp of the sum, within the tolerances the average tests hold against onnxruntime.
     max_partial_sum_lanes: int = 8
+    # The most lanes of one register in TVM-vectorised pass rows and padded-copy pieces
+    # (vector_row_lanes). aarch64 takes 16, whole int8 registers: its 3x3 s2 p1 int8 max over
+    # 1x64x112x112 went from 0.265 to 0.211 M instructions, over 1x64x56x56 from 0.159 to
+    # 0.100 M, with the strided taps' loads ending at their last lane (strided_loads) (8-lane
+    # pieces: 0.265 and 0.158).
+    max_row_lanes: int = 8
     # A long sum (a global average over a large plane: at least long_sum_taps taps) keeps
     # whole registers of partial sums, long_sum_registers of them, whose adds overlap: one
     # 8-lane chain was bound by the add's latency (x86 AVX-512, global average at 2 threads,
@@ -215,7 +221,7 @@ def choose_lanes(extent, dtype_bits: int, vbits: int) -> int:
 def vector_row_lanes(config: CpuConfig, dtype: str):
     """(most lanes of one TVM-vectorised pass row chunk, lanes of one register) for a family
     with ``vector_row_registers``."""
-    lanes = min(max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1), config.max_partial_sum_lanes)
+    lanes = min(max(config.vector_bits_for(dtype) // dtype_bits(dtype), 1), config.max_row_lanes)
     return lanes * (config.vector_row_registers or 1), lanes
 
 

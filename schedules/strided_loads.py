@@ -83,27 +83,81 @@ def _scope(func) -> tvm.sym.Analyzer:
     return analyzer
 
 
-def _rewrite_load(load, analyzer):
+def _strided(load):
+    """(stride, lanes) of a strided vector load this pass lowers, else None."""
     if len(load.indices) != 1 or not isinstance(load.indices[0], tirx.Ramp):
-        return load
+        return None
     ramp = load.indices[0]
     stride, lanes = ramp.stride, int(ramp.lanes)
     if not isinstance(stride, tirx.IntImm) or not 2 <= int(stride) <= MAX_STRIDE or lanes < 2:
-        return load
-    buffer = load.source
-    size = _flat_size(buffer)
-    if size is None:
-        return load
-    s, base = int(stride), ramp.base
-    mod = analyzer.modular_set(base)
+        return None
+    if _flat_size(load.source) is None:
+        return None
+    return int(stride), lanes
+
+
+def _fits(load, start, analyzer) -> bool:
+    s, lanes = _strided(load)
+    return analyzer.can_prove(start >= 0) and analyzer.can_prove(start + s * lanes <= _flat_size(load.source))
+
+
+def _phases(load, analyzer):
+    """The residues ``r`` to try for ``load`` (its wide load starts at ``base - r``), the base's
+    residue modulo the stride first, so the taps of one window (base, base + 1, ...) share one
+    load."""
+    s, _ = _strided(load)
+    mod = analyzer.modular_set(load.indices[0].base)
     first = int(mod.base) % s if int(mod.coeff) % s == 0 else 0
-    for r in [first] + [r for r in range(s) if r != first]:
-        start = base - r if r else base
-        if analyzer.can_prove(start >= 0) and analyzer.can_prove(start + s * lanes <= size):
-            wide = tirx.BufferLoad(buffer, [tirx.Ramp(start, 1, s * lanes)])
-            picked = [tirx.IntImm("int32", r + s * i) for i in range(lanes)]
-            return tirx.Shuffle([wide], picked)
-    return load
+    return [first] + [r for r in range(s) if r != first]
+
+
+def _start(load, r):
+    base = load.indices[0].base
+    return base - r if r else base
+
+
+def _choose_phases(func, analyzer) -> dict:
+    """The residue of each strided load (by identity): the first of :func:`_phases` that fits,
+    except that a wide load whose last phase no tap picks is moved to end at its tap's last
+    lane where that fits (r = stride - 1). LLVM drops a wide load's unread last element, and
+    the narrowed load (31 int8 lanes for a 16-lane stride-2 tap) is legalised in pieces and
+    the picked lanes moved one by one: the third tap of a 3x3 s2 int8 max took 20 lane moves;
+    loaded from one element earlier, its lanes are the odd phase of an LD2."""
+    loads = []
+    tvm_ffi.structural_walk(func, (LOAD, lambda load: loads.append(load) if _strided(load) else None))
+    chosen = {}
+    for load in loads:
+        r = next((r for r in _phases(load, analyzer) if _fits(load, _start(load, r), analyzer)), None)
+        if r is not None:
+            chosen[load] = r
+    groups = []  # [(buffer, start, lanes, stride), {residues}]
+    for load, r in chosen.items():
+        s, lanes = _strided(load)
+        start = _start(load, r)
+        group = next((g for g in groups if g[0][0].same_as(load.source) and g[0][2:] == (lanes, s)
+                      and analyzer.can_prove_equal(g[0][1], start)), None)
+        if group is None:
+            group = ((load.source, start, lanes, s), set())
+            groups.append(group)
+        group[1].add(r)
+    for load, r in list(chosen.items()):
+        s, lanes = _strided(load)
+        if r == s - 1:
+            continue
+        group = next(g for g in groups if g[0][0].same_as(load.source) and g[0][2:] == (lanes, s)
+                     and analyzer.can_prove_equal(g[0][1], _start(load, r)))
+        if s - 1 not in group[1] and _fits(load, _start(load, s - 1), analyzer):
+            chosen[load] = s - 1
+    return chosen
+
+
+def _rewrite_load(load, chosen):
+    r = chosen.get(load)
+    if r is None:
+        return load
+    s, lanes = _strided(load)
+    wide = tirx.BufferLoad(load.source, [tirx.Ramp(_start(load, r), 1, s * lanes)])
+    return tirx.Shuffle([wide], [tirx.IntImm("int32", r + s * i) for i in range(lanes)])
 
 
 def rewrite_function(func):
@@ -111,7 +165,8 @@ def rewrite_function(func):
     and, for an aarch64 target, float32 maxima over both phases of such loads as FMAXP
     (:func:`_pairwise_max`)."""
     analyzer = _scope(func)
-    func = tvm_ffi.structural_map(func, (LOAD, lambda load: _rewrite_load(load, analyzer)))
+    chosen = _choose_phases(func, analyzer)
+    func = tvm_ffi.structural_map(func, (LOAD, lambda load: _rewrite_load(load, chosen)))
     if not _is_aarch64(func):
         return func
     return tvm_ffi.structural_mutate(func, (tvm.ir.expr.Call, _mutate_max_tree))

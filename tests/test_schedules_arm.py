@@ -241,10 +241,33 @@ def test_strided_loads_trust_no_loop_variable_defined_twice():
     load = tirx.BufferLoad(a, [tirx.Ramp(i * 8, 2, 4)])  # i < 2 fits A; i < 8 does not
     short = tirx.For(i, 0, 2, tirx.ForKind.SERIAL, tirx.Evaluate(load))
     long = tirx.For(i, 0, 8, tirx.ForKind.SERIAL, tirx.Evaluate(load))
-    alone = strided_loads._rewrite_load(load, strided_loads._scope(short))  # pylint: disable=protected-access
-    assert isinstance(alone, tirx.Shuffle)
-    both = strided_loads._scope(tirx.SeqStmt([short, long]))  # pylint: disable=protected-access
-    assert strided_loads._rewrite_load(load, both).same_as(load)  # pylint: disable=protected-access
+    def rewritten(stmt):
+        chosen = strided_loads._choose_phases(stmt, strided_loads._scope(stmt))  # pylint: disable=protected-access
+        return strided_loads._rewrite_load(load, chosen)  # pylint: disable=protected-access
+
+    assert isinstance(rewritten(short), tirx.Shuffle)
+    assert rewritten(tirx.SeqStmt([short, long])).same_as(load)
+
+
+def test_lonely_strided_tap_loads_up_to_its_last_lane():
+    """3 taps, stride 2, 16 int8 lanes over a row with room on both sides: taps 0 and 1 share
+    one contiguous load (its even and odd lanes); tap 2, alone in its load, is loaded from one
+    element back so that it picks the load's last lane (odd lanes) instead of leaving it unread:
+    LLVM narrows a load whose last element nothing reads (31 int8) and moves the picked lanes
+    one by one."""
+    from tvm import tirx
+
+    a = tirx.decl_buffer((80,), "int8", name="A")
+    i = tirx.Var("i", "int32")
+    taps = [tirx.BufferLoad(a, [tirx.Ramp(i * 32 + 2 + k, 2, 16)]) for k in range(3)]
+    body = tirx.For(i, 0, 2, tirx.ForKind.SERIAL, tirx.SeqStmt([tirx.Evaluate(t) for t in taps]))
+    chosen = strided_loads._choose_phases(body, strided_loads._scope(body))  # pylint: disable=protected-access
+    assert [chosen[t] for t in taps] == [0, 1, 1]
+    even, odd = list(range(0, 32, 2)), list(range(1, 32, 2))
+    for tap, start, lanes in zip(taps, [2, 2, 3], [even, odd, odd]):
+        shuffle = strided_loads._rewrite_load(tap, chosen)  # pylint: disable=protected-access
+        assert [int(x) for x in shuffle.indices] == lanes
+        assert tvm.sym.Analyzer().can_prove_equal(shuffle.vectors[0].indices[0].base, i * 32 + start)
 
 
 @pytest.mark.parametrize("n,longest,lanes,long_chunks,want", [
@@ -256,6 +279,9 @@ def test_strided_loads_trust_no_loop_variable_defined_twice():
     (113, 16, 4, False, [16] * 7 + [1]),
     (12, 16, 4, False, [4, 4, 4]),  # never 3 registers in one vector
     (7, 16, 4, False, None),  # short rows no chunk divides stay LLVM's
+    (56, 64, 16, False, [16, 16, 16, 8]),  # int8: whole registers, then the rest
+    (28, 64, 16, False, [16, 8, 4]),
+    (14, 16, 4, False, None),  # the rest under 4 lanes
 ])
 def test_row_pieces(n, longest, lanes, long_chunks, want):
     assert cpu_passes._row_pieces(n, longest, lanes, long_chunks) == want  # pylint: disable=protected-access
