@@ -213,6 +213,63 @@ def test_a_stopped_search_fails_what_is_left_and_ends_when_nothing_is_outstandin
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_a_stopped_search_generates_no_more_candidates_and_trains_no_more(monkeypatch):
+    """Once the search has stopped, each task's search strategy returns no batch (its task ends)
+    without running the evolutionary generation, and the cost model's update is skipped; a
+    generation longer than SLOW_GENERATION_S is reported (the step the deadline cannot cut)."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    from tvm.ir.utils import derived_object  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool.tuning import stop as stopping  # pylint: disable=import-outside-toplevel
+
+    calls = {"generate": 0, "update": 0}
+
+    @derived_object
+    class Inner(PySearchStrategy):
+        def _initialize_with_tune_context(self, context):
+            pass
+
+        def pre_tuning(self, *args):
+            pass
+
+        def post_tuning(self):
+            pass
+
+        def generate_measure_candidates(self):
+            calls["generate"] += 1
+            return []
+
+        def notify_runner_results(self, *args):
+            pass
+
+        def clone(self):
+            return Inner()
+
+    @derived_object
+    class Update(PyMeasureCallback):
+        def apply(self, *args):
+            calls["update"] += 1
+
+    lines = []
+    stop = stopping.Stop(deadline=time.time() + 3600)
+    stop.begin_search()
+    strategy = stopping.stoppable_strategy(Inner(), stop, lines.append, "conv").clone()
+    update = stopping.unless_stopped(Update(), stop)
+    scheduler = ms.task_scheduler.TaskScheduler.create("round-robin")
+    monkeypatch.setattr(stopping, "SLOW_GENERATION_S", -1.0)
+    assert list(strategy.generate_measure_candidates()) == [] and calls["generate"] == 1
+    assert lines == ["[search] conv: generating candidates took 0 s"]
+    ms.measure_callback.MeasureCallback.apply(update, scheduler, 0, [], [], [])
+    assert calls["update"] == 1
+    stop.deadline = time.time() - 1
+    assert strategy.generate_measure_candidates() is None and calls["generate"] == 1
+    ms.measure_callback.MeasureCallback.apply(update, scheduler, 0, [], [], [])
+    assert calls["update"] == 1 and stop.reason == "time budget"
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """Relu -> MaxPool, tuned: one pooling task, searched exhaustively (no search trials)."""

@@ -11,7 +11,7 @@ from ..targets import num_cores
 from . import intrin
 from .logs import mean_secs
 from .meta import TaskResult, fmt_ms, fmt_secs
-from .stop import INTERRUPTED, TIME_BUDGET, Stop
+from .stop import INTERRUPTED, TIME_BUDGET, Stop, stoppable_strategy, unless_stopped
 
 SEARCH = dict(
     population_size=64,
@@ -96,12 +96,16 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
         return
     per_iter = trials_per_iter or first_round_batch(plan, trials)
     counter.begin(trials)
-    contexts, weights = _contexts(plan, seed)
+    stop = stop or Stop(plan.deadline)
+    contexts, weights = _contexts(plan, seed, stop, say)
     pooled = [r for r in results if r.kind == "pool"]
     terms = [(float(task.weight), r) for (task, _), r in zip(plan.pool_tasks, pooled)] + list(zip(weights, task_results))
-    stop = stop or Stop(plan.deadline)
     stop.begin_search()
     callback, state = _progress_callback(task_results, trials, say, terms, stop)
+    # MetaSchedule's default callbacks, with the progress callback (which ends a stopped search)
+    # before the cost model's update, and the update skipped once the search has stopped
+    callbacks = [ms.measure_callback.AddToDatabase(), ms.measure_callback.RemoveBuildArtifact(), callback,
+                 unless_stopped(ms.measure_callback.UpdateCostModel(), stop)]
     try:
         with stop.on_interrupt():
             ms.tune.tune_tasks(
@@ -115,7 +119,7 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
                 runner=runner,
                 database=database,
                 cost_model=ms.cost_model.XGBModel(num_tuning_cores=num_cores(), tree_method="auto"),
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), callback],
+                measure_callbacks=callbacks,
                 task_scheduler="gradient",
             )
     except RuntimeError:
@@ -127,8 +131,9 @@ def search(plan, trials, builder, runner, database, say, results: list, *, count
         say(f"interrupted: stopped after {state['done']} trials, every one measured kept")
 
 
-def _contexts(plan, seed) -> tuple[list, list]:
-    """A TuneContext and a weight per task to search."""
+def _contexts(plan, seed, stop: Stop, say) -> tuple[list, list]:
+    """A TuneContext and a weight per task to search, each task's evolutionary search ending
+    once ``stop`` fires (:func:`.stop.stoppable_strategy`)."""
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
     intrin.prepare(plan.target)  # before TuneContext imports the tensor intrinsics
@@ -139,7 +144,8 @@ def _contexts(plan, seed) -> tuple[list, list]:
                 mod=task.dispatched[0],
                 target=plan.target,
                 space_generator="post-order-apply",
-                search_strategy=ms.search_strategy.EvolutionarySearch(**SEARCH),
+                search_strategy=stoppable_strategy(ms.search_strategy.EvolutionarySearch(**SEARCH), stop, say,
+                                                   task.task_name),
                 task_name=task.task_name,
                 rand_state=-1 if seed is None else seed + offset,
                 num_threads=num_cores(),

@@ -74,3 +74,67 @@ class Stop:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+# Candidate generation longer than this is reported (a step the deadline cannot cut short).
+SLOW_GENERATION_S = 30.0
+
+
+def stoppable_strategy(inner, stop: Stop, say=None, label: str = ""):
+    """MetaSchedule search strategy ``inner`` (EvolutionarySearch) that generates no more
+    candidates once ``stop`` has fired: its task then ends (a None batch), where before the
+    scheduler went on generating, building and failing batches until the progress callback
+    could raise. What the deadline cannot cut short is a generation already under way (the
+    evolutionary search and its cost model's predictions run in C++): one longer than
+    :data:`SLOW_GENERATION_S` is reported through ``say``, with ``label`` (the task)."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+    @derived_object
+    class _Stoppable(PySearchStrategy):
+        def __init__(self, wrapped):
+            self.wrapped = wrapped
+
+        def _initialize_with_tune_context(self, context) -> None:
+            self.wrapped._initialize_with_tune_context(context)  # pylint: disable=protected-access
+
+        def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+            self.wrapped.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+        def post_tuning(self) -> None:
+            self.wrapped.post_tuning()
+
+        def generate_measure_candidates(self):
+            if stop.check() is not None:
+                return None
+            start = time.time()
+            candidates = self.wrapped.generate_measure_candidates()
+            took = time.time() - start
+            if say is not None and took > SLOW_GENERATION_S:
+                say(f"[search] {label}: generating candidates took {took:.0f} s")
+            return candidates
+
+        def notify_runner_results(self, measure_candidates, results) -> None:
+            self.wrapped.notify_runner_results(measure_candidates, results)
+
+        def clone(self):
+            return _Stoppable(self.wrapped.clone())
+
+    return _Stoppable(inner)
+
+
+def unless_stopped(callback, stop: Stop):
+    """Measure callback ``callback`` (the cost model's update: XGBoost training on every record
+    so far) skipped once ``stop`` has fired: the search is ending, and no prediction follows."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class _UnlessStopped(PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:  # noqa: D102
+            if stop.check() is None:
+                callback.apply(task_scheduler, task_id, measure_candidates, builder_results, runner_results)
+
+    return _UnlessStopped()
