@@ -178,14 +178,19 @@ GAPS = {
                        "and the index is assembled from the tap in a stage of its own (the key back to a value, the tap's "
                        "offsets by shifts and masks, the widening to int64 and its two stores: about 18 instructions per "
                        "4 outputs) instead of in the last pass; on the list",
-    "maxpool_int8_56": "each 28-wide output row is TVM vectors of 16, 8 and 4 int8 lanes, and NEON has no 4-lane int8 "
-                       "vector: LLVM widens the last piece to 16-bit lanes and back (sign-extending shifts: about 13 "
-                       "instructions for 4 outputs, a quarter of the row's 53); the first pass's 57-wide rows are 16 + "
-                       "16 + 16 + 8 lanes and a scalar padding edge (assembly): on the list",
+    "maxpool_int8_56": "47 instructions a 28-wide output row (16 + 12 int8 lanes) where the floor counts about 24: the "
+                       "first pass loads its three input rows 16 bytes at a time (12 loads; the floor counts 32 bytes a "
+                       "load), its 57-byte row goes through the stack (5 stores, then LD2s, loads and UZP1/UZP2 for the "
+                       "second pass), and 4 of loop control (assembly): on the list",
     "maxpool_fp16": "cortex-a72 has no fullfp16, so the padded plane is copied (a widened dtype keeps the copy) as int16 "
                     "order keys: 4 vector operations a key and an address add for each store, about 7 instructions per 8 "
                     "inputs where the floor counts 3 and no copy (assembly); the passes run on the keys at 16 and 8 lanes: "
                     "on the list",
+    "longwin_avg1d": "each 32-tap block is 4 LDP and 7 FADD into one 4-lane sum, as the floor counts, then reduced "
+                     "to one lane (EXT, FADD, FADDP), stored alone, and the loop's 4: 19 instructions a block where "
+                     "the floor counts 12; the windows' stage (two blocks added and divided) runs after the planes, "
+                     "serial, about 1.4 an output (assembly); reducing 4 blocks' lanes together (3 FADDP a 4 blocks) is "
+                     "on the list",
     "inception_ceil": "within 2% of 1.5x: loop control and address arithmetic, which the floor leaves out",
     "gmp_b32": "within 2% of 1.5x: loop control and address arithmetic, which the floor leaves out",
     "video3d_maxpool_ndhwc": "within 2% of 1.5x: loop control and address arithmetic, which the floor leaves out",

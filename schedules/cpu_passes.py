@@ -318,9 +318,9 @@ def _row_pieces(n: int, longest: int, lanes: int, long_chunks: bool = False):
     lane by lane: a 28-wide 3x3 s1 max row cut 16 + 12 took 4.2 instructions per output,
     7 x 4 2.6). A row shorter than the longest chunk but longer than a register is cut the same
     way where what is left takes pieces of 4 lanes or more (int8 rows of 56: 3 x 16 + 8, whose
-    padding was copied when no chunk divided them whole; of 28: 16 + 8 + 4, where LLVM's
-    vectoriser left a scalar tail). ``long_chunks``: a chunk of one register only when nothing longer fits (28 is
-    16 + 8 + 4, not 7 x 4), for rows whose every tap is a load from the data: the 3-D 2x2x2 s2
+    padding was copied when no chunk divided them whole; of 28: 16 + 12, where LLVM's
+    vectoriser left a scalar tail; :func:`_rest_pieces`). ``long_chunks``: a chunk of one
+    register only when nothing longer fits (28 is 16 + 8 + 4, not 7 x 4), for rows whose every tap is a load from the data: the 3-D 2x2x2 s2
     max on NEON went from 4.6 to 3.9 instructions per output, a loop iteration's address
     arithmetic being most of the difference; rows of passes ran better in single registers
     (28-wide 3x3 s1: 2.6 as 7 x 4, 3.0 as 16 + 8 + 4). None: a short row no chunk divides."""
@@ -332,8 +332,18 @@ def _row_pieces(n: int, longest: int, lanes: int, long_chunks: bool = False):
         if long_chunks and chunk == lanes and whole > longest:
             chunk = chunks[0]
         equal = whole - whole % chunk
-        return [chunk] * (equal // chunk) + _powers_of_two_split(n - equal)
+        return [chunk] * (equal // chunk) + _rest_pieces(n - equal, lanes)
     return None
+
+
+def _rest_pieces(rest: int, lanes: int) -> list:
+    """What is left of a row after its whole chunks: powers of two, largest first, except a rest
+    of whole 32-bit words within one register of byte lanes (int8 / uint8: 16 a register), which
+    stays one piece: LLVM computes it in the whole register (NEON, a 28-wide int8 row as 16 + 12:
+    47 instructions; as 16 + 8 + 4, 53, its 4 lanes promoted to 16-bit lanes and back)."""
+    if 0 < rest < lanes and lanes >= 16 and rest % 4 == 0:
+        return [rest]
+    return _powers_of_two_split(rest)
 
 
 def _powers_of_two_down(n: int) -> list:

@@ -51,8 +51,9 @@ def schedule_main(sch, main: analysis.MainBlock, config: CudaConfig, binder: Bin
     """A window-reduction block: a warp per plane (global, when ``config.warp``), else a thread
     per output, or per group of consecutive outputs whose windows are whole 16-byte pieces of
     the input rows (:func:`.cuda_vector.contiguous_windows`: 2x2 stride 2 averages, Indices),
-    loaded at once. A thread per plane (global max) loads its plane in pieces
-    (:func:`.cuda_vector.split_row_pieces`)."""
+    loaded at once. A thread per plane (a global NaN max: float64's, or a channel-last one; a
+    channel-first float32 or half global max reduces order keys, a plain max a warp takes,
+    ``compute.forms.keyed_plane``) loads its plane in pieces (:func:`.cuda_vector.split_row_pieces`)."""
     if not analysis.loops_match_block(sch, main):
         raise ValueError("pool block is not a plain loop nest")
     if config.warp and is_global(main, sch, config):

@@ -280,7 +280,8 @@ def test_lonely_strided_tap_loads_up_to_its_last_lane():
     (12, 16, 4, False, [4, 4, 4]),  # never 3 registers in one vector
     (7, 16, 4, False, None),  # short rows no chunk divides stay LLVM's
     (56, 64, 16, False, [16, 16, 16, 8]),  # int8: whole registers, then the rest
-    (28, 64, 16, False, [16, 8, 4]),
+    (28, 64, 16, False, [16, 12]),  # a rest of whole words of bytes: one piece
+    (26, 64, 16, False, None),  # a rest under whole words: LLVM's
     (14, 16, 4, False, None),  # the rest under 4 lanes
 ])
 def test_row_pieces(n, longest, lanes, long_chunks, want):
