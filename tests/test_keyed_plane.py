@@ -195,3 +195,32 @@ def test_torch_road_global_window_is_keyed():
     vm = tvm.relax.VirtualMachine(tvm_pool.compile(tvm_pool.from_exported_program(program), "llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x))
     _assert_plane_max((out if isinstance(out, tvm.runtime.Tensor) else out[0]).numpy(), x)
+
+
+@pytest.mark.parametrize("pooling_type", ["MAX", "MAX_AVERAGE_BLEND"])
+def test_tensorrt_whole_plane_window_is_keyed(pooling_type):
+    """TensorRT's pooling with the plane as its window takes the keyed plane (its kinds trt_max
+    and trt_max_finalize), scheduled equal to unscheduled with a NaN plane."""
+    from tvm_pool.compute import tensorrt  # pylint: disable=import-outside-toplevel
+    from tvm_pool.schedules import cpu, rule_for  # pylint: disable=import-outside-toplevel
+    from tvm_pool.targets import host_target  # pylint: disable=import-outside-toplevel
+
+    x = te.placeholder((2, 3, 30, 31), "float32", name="x")
+    y = tensorrt.tensorrt_pool(x, pooling_type, [30, 31], blend_factor=0.5)
+    func = te.create_prim_func([x, y])
+    assert "trt_max_finalize" in func.script()
+    sch = s_tir.Schedule(func)
+    target = host_target()
+    with target:
+        cpu.schedule_function(sch, rule_for(target).config(target))
+    assert "trt_pool_max_keys_rf" in sch.mod["main"].script()
+    data = _special(np.random.default_rng(9), [2, 3, 30, 31], "float32", nan=True)
+    outs = []
+    for f in (func, sch.mod["main"]):
+        lib = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target="llvm")
+        out = tvm.runtime.tensor(np.zeros((2, 3, 1, 1), "float32"))
+        lib(tvm.runtime.tensor(data), out)
+        outs.append(out.numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])
+    if pooling_type == "MAX":
+        _assert_plane_max(outs[1], data)
