@@ -113,7 +113,7 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # (vector_row_lanes). aarch64 takes 16, whole int8 registers: its 3x3 s2 p1 int8 max over
     # 1x64x112x112 went from 0.265 to 0.211 M instructions, over 1x64x56x56 from 0.159 to
     # 0.100 M, with the strided taps' loads ending at their last lane (strided_loads) (8-lane
-    # pieces: 0.265 and 0.158).
+    # pieces: 0.265 and 0.158); 0.092 M with the 12-lane rest as one piece (cpu_passes._rest_pieces).
     max_row_lanes: int = 8
     # A long sum (a global average over a large plane: at least long_sum_taps taps) keeps
     # whole registers of partial sums, long_sum_registers of them, whose adds overlap: one

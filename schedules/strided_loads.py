@@ -125,29 +125,24 @@ def _choose_phases(func, analyzer) -> dict:
     loaded from one element earlier, its lanes are the odd phase of an LD2."""
     loads = []
     tvm_ffi.structural_walk(func, (LOAD, lambda load: loads.append(load) if _strided(load) else None))
-    chosen = {}
+    chosen, picked = {}, {}  # picked: per load, the residues every load of its wide load picks
+    wide_loads = []  # (buffer, start, stride and lanes, residues picked)
     for load in loads:
         r = next((r for r in _phases(load, analyzer) if _fits(load, _start(load, r), analyzer)), None)
-        if r is not None:
-            chosen[load] = r
-    groups = []  # [(buffer, start, lanes, stride), {residues}]
-    for load, r in chosen.items():
-        s, lanes = _strided(load)
-        start = _start(load, r)
-        group = next((g for g in groups if g[0][0].same_as(load.source) and g[0][2:] == (lanes, s)
-                      and analyzer.can_prove_equal(g[0][1], start)), None)
-        if group is None:
-            group = ((load.source, start, lanes, s), set())
-            groups.append(group)
-        group[1].add(r)
-    for load, r in list(chosen.items()):
-        s, lanes = _strided(load)
-        if r == s - 1:
+        if r is None:
             continue
-        group = next(g for g in groups if g[0][0].same_as(load.source) and g[0][2:] == (lanes, s)
-                     and analyzer.can_prove_equal(g[0][1], _start(load, r)))
-        if s - 1 not in group[1] and _fits(load, _start(load, s - 1), analyzer):
-            chosen[load] = s - 1
+        shape, start = _strided(load), _start(load, r)
+        wide = next((w for w in wide_loads if w[0].same_as(load.source) and w[2] == shape
+                     and analyzer.can_prove_equal(w[1], start)), None)
+        if wide is None:
+            wide = (load.source, start, shape, set())
+            wide_loads.append(wide)
+        wide[3].add(r)
+        chosen[load], picked[load] = r, wide[3]
+    for load, r in chosen.items():
+        last = _strided(load)[0] - 1
+        if last not in picked[load] and _fits(load, _start(load, last), analyzer):
+            chosen[load] = last
     return chosen
 
 

@@ -238,8 +238,8 @@ FORMS = (
 
 
 # Forms that need channel-first memory: a flat plane reads each (n, c) plane as one contiguous
-# row, and so does a keyed plane's reduction. Channel-last planes are strided by C; their global windows take the other forms, whose
-# every tap is a contiguous run of channels.
+# row, and so does a keyed plane's reduction. Channel-last planes are strided by C; their global
+# windows take the other forms, whose every tap is a contiguous run of channels.
 CHANNEL_FIRST_FORMS = (FLAT_PLANE, KEYED_PLANE)
 # Channel-last rows tried before FORMS, for a max or a sum of the data themselves: not for an
 # argmax's int64 keys (as one expression of every tap, 3x3 s2 p1 with indices over
