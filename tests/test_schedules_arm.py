@@ -134,6 +134,14 @@ def test_neon_schedule_forms_and_x86_unchanged():
     fp16 = _scheduled_script(lambda x: compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                              [1, 4, 56, 56], arm.Pool(), A72, "float16")
     assert 'T.sblock("pad_ax10_partition")' in fp16 and "pragma_loop_partition_hint" not in fp16
+    # int8 rows in whole 16-lane registers (CpuConfig.max_row_lanes): the 57-wide first pass of a
+    # 3x3 s2 p1 max over 56x56 with its padding inlined (no copy), 16 + 16 + 16 + 8 after the
+    # edge; the 28-wide last pass 16 + 12, its rest one piece (cpu_passes._rest_pieces)
+    int8 = _scheduled_script(lambda x: compute.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                             [1, 4, 56, 56], arm.Pool(), A72, "int8")
+    assert 'T.sblock("pad")' not in int8
+    for piece in ("T.vectorized(1, 17)", "T.vectorized(33, 49)", "T.vectorized(49, 57)", "T.vectorized(16, 28)"):
+        assert piece in int8, piece
 
 
 def test_float_sums_start_at_negative_zero_on_neon():
