@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 from tvm.ir import Op
 
-from . import adaptive_legalize, compute
+from . import adaptive_legalize, compute, vector_exp
 from .canonicalize import constants_last, fold_batch_norm
 from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
@@ -208,6 +208,8 @@ def pipeline(
         passes += schedule_passes(target)
     passes += legalize[first_default:]
     passes.append(_split_long_serial_loops)
+    if vector_exp.applies(target):
+        passes.append(vector_exp.vector_exp_pass)  # after the records' lookup: their workloads keep exp
     passes += backend.dataflow_lower_passes(target)
     passes += backend.finalize_passes(target)
 
