@@ -83,3 +83,31 @@ def test_target_json_round_trips_and_num_cores_is_added_to_cpus_only():
     assert int(targets.with_num_cores(resolve_target("arm"), 4).attrs["num-cores"]) == 4
     assert int(targets.with_num_cores(llvm("x86_64-linux-gnu", **{"num-cores": 2}), 4).attrs["num-cores"]) == 2
     assert "num-cores" not in targets.with_num_cores(resolve_target("cuda"), 4).attrs
+
+
+def test_avx512_cpus_get_full_width_vectors():
+    """LLVM's models of Intel's AVX-512 server CPUs prefer 256-bit vectors: its vectorisers then
+    vectorise the loops TVM leaves to them at half width. tvm_pool's host target asks for the full
+    width on every AVX-512 CPU (a no-op where the model does not prefer 256 bits) and on no
+    other."""
+    assert targets._full_width("emeraldrapids") == {"mattr": ["-prefer-256-bit"]}
+    assert targets._full_width("skylake-avx512") == {"mattr": ["-prefer-256-bit"]}
+    assert targets._full_width("znver4") == {"mattr": ["-prefer-256-bit"]}
+    assert targets._full_width("haswell") == {} and targets._full_width("znver2") == {}
+    host = resolve_target("host")
+    if "avx512f" not in targets.target_features(host):
+        assert "mattr" not in host.attrs
+        return
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((64,), "float32", name="a")
+    b = te.compute((64,), lambda i: a[i] * 2.0 + 1.0, name="b")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))  # a serial loop: LLVM's vectorisers choose
+    asm = {}
+    for name, target in (("host", host), ("model's", Target({"kind": "llvm", "mcpu": str(host.attrs["mcpu"])}))):
+        built = tvm.compile(sch.mod, target=target)
+        asm[name] = getattr(built, "mod", built).inspect_source("asm")
+    assert "zmm" in asm["host"]
+    if "prefer-256-bit" in str(tvm.target.codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": "emeraldrapids"}))):
+        assert "zmm" not in asm["model's"]  # what the full width undoes
