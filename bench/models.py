@@ -210,7 +210,8 @@ def _errors(peer: str) -> tuple:
 
 def coverage(subject: Subject) -> dict:
     """tvm_pool's tuning coverage of the model on both roads: ``{road: {"kernels", "untuned",
-    "untuned_share"}}`` (:func:`tvm_pool.tuning.lookup.coverage`, shipped logs only)."""
+    "untuned_share", "elsewhere", "elsewhere_cpus"}}`` (:func:`tvm_pool.tuning.lookup.coverage`,
+    shipped logs only; "elsewhere": kernels whose record was measured on another CPU model)."""
     from tvm_pool.targets import resolve_target  # pylint: disable=import-outside-toplevel
     from tvm_pool.tuning.lookup import coverage as lookup  # pylint: disable=import-outside-toplevel
 
@@ -221,7 +222,8 @@ def coverage(subject: Subject) -> dict:
         except _errors(road) as err:
             out[road] = {"error": short_reason(err)}
             continue
-        out[road] = {"kernels": c.kernels, "untuned": c.untuned, "untuned_share": c.untuned_share}
+        out[road] = {"kernels": c.kernels, "untuned": c.untuned, "untuned_share": c.untuned_share,
+                     "elsewhere": c.elsewhere, "elsewhere_cpus": list(c.elsewhere_cpus)}
     return out
 
 

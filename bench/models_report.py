@@ -21,9 +21,11 @@ LABELS = {"tvm_pool": "tvm_pool (ONNX)", "tvm_pool_export": "tvm_pool (torch.exp
 def _coverage_cell(cov: dict) -> str:
     if "error" in cov:
         return "n/a"
+    elsewhere = (f", {cov['elsewhere']} on {'/'.join(cov.get('elsewhere_cpus') or ['another CPU'])}"
+                 if cov.get("elsewhere") else "")
     if not cov.get("untuned"):
-        return f"all {cov['kernels']} tuned"
-    return f"{cov['untuned']}/{cov['kernels']} untuned ({cov['untuned_share']:.0%} of FLOPs)"
+        return f"all {cov['kernels']} tuned{elsewhere}"
+    return f"{cov['untuned']}/{cov['kernels']} untuned ({cov['untuned_share']:.0%} of FLOPs){elsewhere}"
 
 
 def _summary_lines(res: dict) -> list[str]:

@@ -29,7 +29,7 @@ import tvm_pool
 from tvm_pool import tuning
 from tvm_pool.errors import TvmPoolError
 from tvm_pool.targets import resolve_target
-from tvm_pool.tuning.logs import GZIP_SUFFIX, TVM_ERRORS, expand_gzipped, mean_secs
+from tvm_pool.tuning.logs import GZIP_SUFFIX, TVM_ERRORS, cpu_model, expand_gzipped, mean_secs
 
 from .report import RESULTS_DIR
 from .workloads import build_model, make_input, workloads
@@ -195,21 +195,25 @@ def verify_pools(target, log_dir: str, out_dir: str, rounds: int = 15, calls: in
     return rows
 
 
-def merge_search_records(src: str, dst: str, source: str) -> int:
+def merge_search_records(src: str, dst: str, source: str, cpu: str | None = None) -> int:
     """Add the best record of every non-pooling workload of the log ``src`` (a model tuned on
     this machine with ``tvm-pool tune``) to the shipped log ``dst``, and ``src``'s runs to
-    ``dst``'s ``target.json`` under ``source``. Pooling records stay out: the shipped log's
-    pooling records go with its rules stamp (``tuning.logs.rules_stamp``), which this does not
-    touch. Returns how many records were added."""
+    ``dst``'s ``target.json`` under ``source``. Only records measured on the CPU model ``cpu``
+    (this machine's by default) are taken: ``src`` may be a copy of the shipped log, tuned further
+    on another CPU, whose copied records would otherwise come back as new ones. Pooling records
+    stay out: the shipped log's pooling records go with its rules stamp
+    (``tuning.logs.rules_stamp``), which this does not touch. Returns how many records were
+    added."""
     import tvm_ffi  # pylint: disable=import-outside-toplevel
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
     names = (tuning.WORKLOAD_FILE, tuning.RECORD_FILE)
     old = ms.database.JSONDatabase(*(os.path.join(src, n) for n in names), allow_missing=False)
     new = ms.database.JSONDatabase(*(os.path.join(dst, n) for n in names), allow_missing=False)
+    cpu = cpu_model("host") if cpu is None else cpu
     best = {}  # per workload (its module's structural hash): (mean seconds, record)
     for record in old.get_all_tuning_records():
-        if tuning.is_pooling(record.workload.mod) or not record.run_secs:
+        if tuning.is_pooling(record.workload.mod) or not record.run_secs or cpu_model(record.target) != cpu:
             continue
         secs = mean_secs(record.run_secs)
         key = tvm_ffi.structural_hash(record.workload.mod)

@@ -107,9 +107,10 @@ def test_relative_error():
     assert models.relative_error([1.0], [1.0, 2.0]) == float("inf")
 
 
-def _row(name, ms, na=None, untuned=0):
+def _row(name, ms, na=None, untuned=0, elsewhere=0):
     r = {"model": name, "input": [1, 3, 224, 224], "ms": ms, "na": na or {}, "error": {}, "compile_s": {},
-         "coverage": {"tvm_pool": {"kernels": 20, "untuned": untuned, "untuned_share": untuned / 20},
+         "coverage": {"tvm_pool": {"kernels": 20, "untuned": untuned, "untuned_share": untuned / 20,
+                                   "elsewhere": elsewhere, "elsewhere_cpus": ["znver4"] if elsewhere else []},
                       "tvm_pool_export": {"error": "export failed"}}}
     for peer in ("tvm_pool", "tvm_pool_export"):
         if peer in ms and "onnxruntime" in ms:
@@ -118,7 +119,7 @@ def _row(name, ms, na=None, untuned=0):
 
 
 def _result(threads=2):
-    rows = [_row("a", {"tvm_pool": 10.0, "onnxruntime": 20.0, "torch": 30.0, "tvm": 900.0}),
+    rows = [_row("a", {"tvm_pool": 10.0, "onnxruntime": 20.0, "torch": 30.0, "tvm": 900.0}, elsewhere=20),
             _row("b", {"tvm_pool": 30.0, "tvm_pool_export": 15.0, "onnxruntime": 10.0},
                  na={"openvino": "not installed (No module named 'openvino')"}, untuned=5)]
     summary = {p: {"geomean_vs_reference": None, "worst": None, "n": 0} for p in ("tvm_pool", "tvm_pool_export")}
@@ -135,6 +136,8 @@ def test_report_table_notes_and_chart(tmp_path):
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     assert cells[1:4] == ["30.00", "15.00", "10.00"] and cells[4].startswith("n/a [")
     assert cells[-4:] == ["3.00x", "1.50x", "5/20 untuned (25% of FLOPs)", "n/a"]
+    row_a = [l for l in md.splitlines() if l.startswith("| a |")][0]
+    assert "all 20 tuned, 20 on znver4" in row_a  # records measured on another CPU model
     assert "b, OpenVINO: not installed" in md
     assert json.loads((tmp_path / "models.json").read_text())[0]["threads"] == 2
     assert (tmp_path / "models.png").stat().st_size > 1000

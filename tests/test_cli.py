@@ -86,7 +86,9 @@ def test_compile_progress_is_one_line_per_step(demo):
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     steps = [ln for ln in lines if not ln.startswith("tvm-pool: tuning: ")]
     assert [s.split("]")[0] for s in steps] == ["tvm-pool: [1/4", "tvm-pool: [2/4", "tvm-pool: [3/4", "tvm-pool: [4/4"]
-    assert lines[3] == f"tvm-pool: tuning: every kernel of {demo.onnx} has a tuning record (3 kernel(s); its 3 pooling kernel(s) take tvm_pool's schedules)"
+    # (the line goes on with the CPU model the records were measured on where it is not this one)
+    assert lines[3].startswith(f"tvm-pool: tuning: every kernel of {demo.onnx} has a tuning record "
+                               "(3 kernel(s); its 3 pooling kernel(s) take tvm_pool's schedules)")
     assert "wrote" in result.stdout
 
 

@@ -727,6 +727,8 @@ def test_shipped_log_takes_a_tuned_models_best_search_records(tmp_path):
     tvm_pool.tune(pool_mod("max", pool_size=(2, 2), strides=(2, 2)), "host", trials=0, log_dir=shipped, source="pool",
                   progress=lambda _: None)
     stamp = json.load(open(os.path.join(shipped, tuning.META_FILE))).get("rules")
+    # records measured on another CPU model (a copy of a shipped log tuned further) stay out
+    assert merge_search_records(model, shipped, "conv_pool elsewhere", cpu="no-such-cpu") == 0
     assert merge_search_records(model, shipped, "conv_pool (torch.export)") == 1
     meta = json.load(open(os.path.join(shipped, tuning.META_FILE)))
     assert meta.get("rules") == stamp and meta["runs"][-1]["model"] == "conv_pool (torch.export)"

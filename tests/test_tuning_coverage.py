@@ -57,6 +57,86 @@ def test_the_line_in_numbers():
     assert Coverage(3, 0, 1.0, 0.0, 0).line("m.onnx") == "tuning: every kernel of m.onnx has a tuning record (3 kernel(s))"
 
 
+def test_the_line_names_records_tuned_on_another_cpu():
+    """Records measured on another CPU model replay, but their times do not transfer: the line
+    says so, and names the command that tunes them for this CPU (issue 38: ResNet-50 with records
+    from an AMD znver4 took 2.65x onnxruntime's latency on an Intel Emerald Rapids)."""
+    cov = Coverage(25, 0, 4e9, 0.0, 1, elsewhere=25, elsewhere_cpus=("znver4",), cpu="emeraldrapids")
+    assert cov.line("r.onnx") == (
+        "tuning: every kernel of r.onnx has a tuning record (25 kernel(s); its 1 pooling kernel(s) take tvm_pool's "
+        "schedules); 25 of them were tuned on znver4, not on this CPU (emeraldrapids), and may run slower here; "
+        f"tune them for it: tvm-pool tune r.onnx --minutes {cov.minutes(25)}")
+    mixed = Coverage(10, 2, 1e9, 1e8, 0, elsewhere=3, elsewhere_cpus=("haswell", "znver4"), cpu="skylake")
+    line = mixed.line("m.pt2")
+    assert "2 of 10 kernel(s) of m.pt2 have no tuning record (10% of its FLOPs)" in line
+    assert "3 of them were tuned on haswell, znver4, not on this CPU (skylake)" in line
+    assert line.endswith(f"tune them: tvm-pool tune m.pt2 --minutes {mixed.minutes(5)}")
+    assert mixed.minutes(5) >= mixed.minutes() >= 1
+
+
+def test_records_of_this_cpu_and_of_another(tmp_path):
+    """The demo's shipped records name the CPU they were measured on; the coverage of the demo
+    counts them as tuned elsewhere exactly when that is not this CPU, and records of this CPU
+    measured later (a copy of the shipped log, relabelled) take their place."""
+    import shutil
+
+    from tvm_pool.tuning import logs  # pylint: disable=import-outside-toplevel
+
+    mod = tvm_pool.from_onnx(demo_model()[0])
+    cov = coverage(mod, "host")
+    here = logs.cpu_model("host")
+    shipped_cpus = {logs.record_cpu(raw) for _, recs in logs.read_log(logs.shipped_log_dir("host")).records
+                    for _, raw, _ in recs}
+    assert cov.cpu == here and cov.untuned == 0
+    assert (cov.elsewhere == cov.kernels) == (here not in shipped_cpus)
+    assert set(cov.elsewhere_cpus) <= shipped_cpus - {here}
+    mine = tmp_path / "mine"
+    shutil.copytree(logs.shipped_log_dir("host"), mine)
+    _relabel(mine, here)
+    relabelled = coverage(mod, "host", [str(mine)], shipped=False)
+    assert relabelled.untuned == 0 and relabelled.elsewhere == 0
+    assert relabelled.line("d.onnx").startswith(
+        f"tuning: every kernel of d.onnx has a tuning record ({relabelled.kernels} kernel(s)")
+    assert "not on this CPU" not in relabelled.line("d.onnx") and "tvm-pool tune" not in relabelled.line("d.onnx")
+
+
+def _relabel(log_dir, cpu, scale=1.0):
+    """Rewrite the records of a (gzipped) log as measured on the CPU model ``cpu``, their times
+    times ``scale``."""
+    import gzip
+    import json
+
+    path = log_dir / "database_tuning_record.json.gz"
+    lines = []
+    for line in gzip.open(path, "rt").read().splitlines():
+        index, (trace, secs, target, *rest) = json.loads(line)
+        lines.append(json.dumps([index, [trace, [s * scale for s in secs], {**target, "mcpu": cpu}, *rest]]))
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_records_of_this_cpu_come_first(tmp_path):
+    """A record measured on this CPU model is applied before a faster one measured on another:
+    times taken on different CPUs do not compare."""
+    import shutil
+
+    from tvm_pool.tuning import logs  # pylint: disable=import-outside-toplevel
+
+    here = logs.cpu_model("host")
+    other = "icelake-server" if here != "icelake-server" else "skylake-avx512"
+    slow_here, fast_elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    for d in (slow_here, fast_elsewhere):
+        shutil.copytree(logs.shipped_log_dir("host"), d)
+    _relabel(slow_here, here, scale=10.0)
+    _relabel(fast_elsewhere, other, scale=0.1)
+    mod = tvm_pool.from_onnx(demo_model()[0])
+    for order in ([fast_elsewhere, slow_here], [slow_here, fast_elsewhere]):
+        database = logs.load_logs("host", [str(d) for d in order], shipped=False)
+        records = database.get_all_tuning_records()
+        assert records and all(logs.cpu_model(r.target) == here for r in records)
+    assert coverage(mod, "host", [str(fast_elsewhere)], shipped=False).elsewhere_cpus == (other,)
+
+
 def test_cli_compile_says_it_with_quiet_too(tmp_path, capfd):
     path = tmp_path / "untuned.onnx"
     onnx.save(_conv_pool_model(), path)

@@ -438,7 +438,7 @@ def say_model_tuning(build_module, target, args) -> None:
 def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> tuple[str, bool]:
     """The one line that says which of the model's kernels have no tuning record, what share of
     its work they are and the command that tunes them (:class:`tvm_pool.tuning.lookup.Coverage`),
-    and whether every kernel has one; "tuning: ? (why)" (not covered) where the model's kernels
+    and whether every kernel has one measured on this CPU model; "tuning: ? (why)" (not covered) where the model's kernels
     cannot be extracted."""
     from ..tuning.lookup import coverage  # pylint: disable=import-outside-toplevel
 
@@ -446,4 +446,4 @@ def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> t
         found = coverage(mod, tgt, tuning_logs, shipped=shipped_logs)
     except MODEL_ERRORS as err:
         return f"tuning: ? ({one_line(err)})", False
-    return found.line(source), not found.untuned
+    return found.line(source), not (found.untuned or found.elsewhere)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import tvm
 
-from ..targets import describe_target, resolve_target, target_family, target_features
+from ..targets import describe_target, resolve_target, target_family, target_features, target_json
 
 logger = logging.getLogger(__name__)
 
@@ -411,13 +411,32 @@ def _load_uncached(target, candidates):
     if not found:
         return None, {}
     sources: dict = {}
-    return _lazy_database(found, sources), sources
+    return _lazy_database(found, sources, cpu_model(target)), sources
 
 
-def _choose(entries):
+def cpu_model(target) -> str:
+    """The CPU model a target compiles for (its ``mcpu``; "" when it names none)."""
+    target = target if isinstance(target, dict) else target_json(resolve_target(target))
+    return str(target.get("mcpu", "") or "") if isinstance(target, dict) else ""
+
+
+def record_cpu(raw) -> str:
+    """The CPU model a record (its JSON) was measured for: its target's ``mcpu``, or ""."""
+    return cpu_model(raw[2]) if len(raw) > 2 and isinstance(raw[2], dict) else ""
+
+
+def _choose(entries, cpu: str = ""):
     """(secs, TuningRecord, log dir) of a workload's fastest replaying record over its logs'
     ``entries`` (log order; a log whose best is not faster than the record chosen so far is not
-    parsed), or None."""
+    parsed), or None. Records measured on the CPU model ``cpu`` come first, whatever the
+    others' times: times taken on another CPU do not compare (ResNet-50's shipped records,
+    measured on an AMD znver4, ran it in 114 ms on an Intel Emerald Rapids, where a tune of its
+    own gave ... ms)."""
+    if cpu:
+        same = [(workload, mine, log_dir) for workload, records, log_dir in entries
+                if (mine := [r for r in records if record_cpu(r[1]) == cpu])]
+        if same and (chosen := _choose(same)) is not None:
+            return chosen
     chosen = None
     for workload, records, log_dir in entries:
         if chosen is not None and chosen[0] <= records[0][0]:
@@ -428,10 +447,11 @@ def _choose(entries):
     return chosen
 
 
-def _lazy_database(found: dict, sources: dict):
+def _lazy_database(found: dict, sources: dict, cpu: str = ""):
     """A read-only MetaSchedule database of the best replaying record of each workload in
-    ``found`` (structural key -> its logs' entries), each chosen on first request, when its log
-    dir goes into ``sources``."""
+    ``found`` (structural key -> its logs' entries), each chosen on first request (those
+    measured on the CPU model ``cpu`` first, :func:`_choose`), when its log dir goes into
+    ``sources``."""
     from tvm.ir.utils import derived_object  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload  # pylint: disable=import-outside-toplevel
 
@@ -446,7 +466,7 @@ def _lazy_database(found: dict, sources: dict):
         def _record(self, key):
             if key not in self.chosen:
                 self.chosen[key] = None
-                chosen = _choose(found.get(key, []))
+                chosen = _choose(found.get(key, []), cpu)
                 if chosen is not None:
                     _, record, sources[key] = chosen
                     self.chosen[key] = TuningRecord(record.trace, Workload(record.workload.mod), record.run_secs,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .. import lowering
 from ..targets import resolve_target
-from .logs import is_pooling, load_with_sources, mean_secs, tvm_ffi_key
+from .logs import cpu_model, is_pooling, load_with_sources, mean_secs, tvm_ffi_key
 
 # What ``tvm-pool tune`` is told to spend per kernel without a record, and what a measurement
 # took: `tvm-pool tune --trials 400` on ResNet-18 (about 20 such kernels) took 5 minutes on a
@@ -60,24 +60,39 @@ class Coverage:
     flops: float  # the model's floating-point operations, pooling included
     untuned_flops: float
     pooling: int
+    elsewhere: int = 0  # kernels whose record was measured on another CPU model than the target's
+    elsewhere_cpus: tuple = ()  # those CPU models
+    cpu: str = ""  # the target's CPU model (its mcpu)
 
     @property
     def untuned_share(self) -> float:
         return self.untuned_flops / self.flops if self.flops else 0.0
 
-    def minutes(self) -> int:
-        """What ``tvm-pool tune --minutes`` should spend on the untuned kernels (on 2 cores:
-        :data:`TRIALS_PER_KERNEL` measurements each, :data:`SECONDS_PER_TRIAL` a measurement)."""
-        return max(1, round(TRIALS_PER_KERNEL * self.untuned * SECONDS_PER_TRIAL / 60))
+    def minutes(self, kernels: int | None = None) -> int:
+        """What ``tvm-pool tune --minutes`` should spend on ``kernels`` kernels (the untuned
+        ones by default; on 2 cores: :data:`TRIALS_PER_KERNEL` measurements each,
+        :data:`SECONDS_PER_TRIAL` a measurement)."""
+        count = self.untuned if kernels is None else kernels
+        return max(1, round(TRIALS_PER_KERNEL * count * SECONDS_PER_TRIAL / 60))
 
     def line(self, model: str) -> str:
         """What ``compile``, ``run`` and ``inspect`` say: one line."""
         pools = f"; its {self.pooling} pooling kernel(s) take tvm_pool's schedules" if self.pooling else ""
+        elsewhere = ""
+        if self.elsewhere:
+            # Records measured on another CPU model replay there, but their times do not transfer
+            # (ResNet-50 with records from an AMD znver4: 2.65x onnxruntime on an Intel Emerald Rapids).
+            where = ", ".join(self.elsewhere_cpus) or "another CPU"
+            elsewhere = (f"; {self.elsewhere} of them were tuned on {where}, not on this CPU"
+                         f"{f' ({self.cpu})' if self.cpu else ''}, and may run slower here")
         if not self.untuned:
-            return f"tuning: every kernel of {model} has a tuning record ({self.kernels} kernel(s){pools})"
+            line = f"tuning: every kernel of {model} has a tuning record ({self.kernels} kernel(s){pools}){elsewhere}"
+            if self.elsewhere:
+                line += f"; tune them for it: tvm-pool tune {model} --minutes {self.minutes(self.elsewhere)}"
+            return line
         return (f"tuning: {self.untuned} of {self.kernels} kernel(s) of {model} have no tuning record "
-                f"({self.untuned_share:.0%} of its FLOPs) and run TVM's untuned default code{pools}; "
-                f"tune them: tvm-pool tune {model} --minutes {self.minutes()}")
+                f"({self.untuned_share:.0%} of its FLOPs) and run TVM's untuned default code{pools}{elsewhere}; "
+                f"tune them: tvm-pool tune {model} --minutes {self.minutes(self.untuned + self.elsewhere)}")
 
 
 def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
@@ -85,8 +100,10 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
     of ``dirs`` (and the shipped ones)."""
     from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
 
-    kernels = untuned = pooling = 0
+    cpu = cpu_model(target)
+    kernels = untuned = pooling = elsewhere = 0
     flops = untuned_flops = 0.0
+    elsewhere_cpus: set = set()
     for task, record, _ in _task_records(mod, target, dirs, shipped):
         task_flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         flops += task_flops
@@ -97,4 +114,7 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
         if record is None:
             untuned += 1
             untuned_flops += task_flops
-    return Coverage(kernels, untuned, flops, untuned_flops, pooling)
+        elif cpu and (measured_on := cpu_model(record.target)) != cpu:
+            elsewhere += 1
+            elsewhere_cpus.add(measured_on or "an unnamed CPU")
+    return Coverage(kernels, untuned, flops, untuned_flops, pooling, elsewhere, tuple(sorted(elsewhere_cpus)), cpu)
