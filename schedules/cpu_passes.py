@@ -321,9 +321,10 @@ def _row_pieces(n: int, longest: int, lanes: int, long_chunks: bool = False):
     padding was copied when no chunk divided them whole; of 28: 16 + 12, where LLVM's
     vectoriser left a scalar tail; :func:`_rest_pieces`). ``long_chunks``: a chunk of one
     register only when nothing longer fits (28 is 16 + 8 + 4, not 7 x 4), for rows whose every
-    tap is a load from the data: the 3-D 2x2x2 s2 max on NEON went from 4.6 to 3.9 instructions per output, a loop iteration's address
-    arithmetic being most of the difference; rows of passes ran better in single registers
-    (28-wide 3x3 s1: 2.6 as 7 x 4, 3.0 as 16 + 8 + 4). None: a short row no chunk divides."""
+    tap is a load from the data: the 3-D 2x2x2 s2 max on NEON went from 4.6 to 3.9 instructions
+    per output, a loop iteration's address arithmetic being most of the difference; rows of
+    passes ran better in single registers (28-wide 3x3 s1: 2.6 as 7 x 4, 3.0 as 16 + 8 + 4).
+    None: a short row no chunk divides."""
     whole = n - n % lanes if n >= longest or (n > lanes and n % lanes % 4 == 0) else n
     chunks = [c for c in _powers_of_two_down(longest) if c >= lanes and c % lanes == 0]
     for chunk in chunks:

@@ -135,14 +135,8 @@ def split_long_serial_loops(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     return sch.mod["main"]
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_pool.SplitLongSerialLoops")
-def _split_long_serial_loops(mod, _ctx):
-    for gv, func in list(mod.functions_items()):
-        if isinstance(func, tvm.tirx.PrimFunc):
-            split = split_long_serial_loops(func)
-            if not split.same_as(func):
-                mod[gv] = split
-    return mod
+_split_long_serial_loops = tvm.tirx.transform.prim_func_pass(
+    lambda func, _mod, _ctx: split_long_serial_loops(func), opt_level=0, name="tvm_pool.SplitLongSerialLoops")
 
 
 def _backend(target: tvm.target.Target):

@@ -44,8 +44,9 @@ def _full_width(cpu: str) -> dict:
     them (ResNet-50 with the shipped logs on an Emerald Rapids, 2 threads: 110 ms, 84 ms at
     full width; onnxruntime's kernels use the full width). On CPUs whose model does not prefer
     256 bits (znver4) it changes nothing."""
+    target = Target({"kind": "llvm", "mcpu": cpu})
     try:
-        wide = is_x86(Target({"kind": "llvm", "mcpu": cpu})) and has_feature(Target({"kind": "llvm", "mcpu": cpu}), "avx512f")
+        wide = is_x86(target) and has_feature(target, "avx512f")
     except (RuntimeError, ValueError) as err:  # LLVM refusing the CPU name (TVM's InternalError)
         logger.debug("cpu %s: AVX-512 not asked: %s", cpu, err)
         return {}

@@ -88,12 +88,6 @@ def applies(target) -> bool:
     return target.kind.name == "llvm"
 
 
-@tvm.transform.module_pass(opt_level=0, name="tvm_pool.VectorExp")
-def vector_exp_pass(mod, _ctx):
-    """:func:`rewrite_function` over every PrimFunc of a Relax module."""
-    for gv, func in list(mod.functions_items()):
-        if isinstance(func, tirx.PrimFunc):
-            rewritten = rewrite_function(func)
-            if not rewritten.same_as(func):
-                mod[gv] = rewritten
-    return mod
+# :func:`rewrite_function` over every PrimFunc of a (Relax) module
+vector_exp_pass = tirx.transform.prim_func_pass(lambda func, _mod, _ctx: rewrite_function(func),
+                                                opt_level=0, name="tvm_pool.VectorExp")

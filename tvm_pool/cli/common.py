@@ -438,8 +438,8 @@ def say_model_tuning(build_module, target, args) -> None:
 def tuning_coverage(mod, tgt, tuning_logs, shipped_logs: bool, source: str) -> tuple[str, bool]:
     """The one line that says which of the model's kernels have no tuning record, what share of
     its work they are and the command that tunes them (:class:`tvm_pool.tuning.lookup.Coverage`),
-    and whether every kernel has one measured on this CPU model; "tuning: ? (why)" (not covered) where the model's kernels
-    cannot be extracted."""
+    and whether every kernel has one measured on this CPU model; "tuning: ? (why)" (not covered)
+    where the model's kernels cannot be extracted."""
     from ..tuning.lookup import coverage  # pylint: disable=import-outside-toplevel
 
     try:
