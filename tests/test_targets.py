@@ -94,6 +94,7 @@ def test_avx512_cpus_get_full_width_vectors():
     assert targets._full_width("skylake-avx512") == {"mattr": ["-prefer-256-bit"]}
     assert targets._full_width("znver4") == {"mattr": ["-prefer-256-bit"]}
     assert targets._full_width("haswell") == {} and targets._full_width("znver2") == {}
+    assert targets._full_width("not-a-cpu") == {}  # LLVM takes it as its generic CPU: no AVX-512
     host = resolve_target("host")
     if "avx512f" not in targets.target_features(host):
         assert "mattr" not in host.attrs
