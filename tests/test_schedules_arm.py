@@ -17,6 +17,7 @@ import tvm
 from tvm import relax, te
 
 import tvm_pool
+from tvm_pool import lowering
 from tvm_pool import compute, relax_ops
 from tvm_pool.schedules import arm, cpu_passes, rules_for, strided_loads, x86
 from tvm_pool.targets import has_fullfp16, is_aarch64, is_x86, resolve_target
@@ -40,6 +41,9 @@ def test_target_facts():
 
 
 def _primfuncs(mod):
+    """The PrimFuncs of ``mod`` after tvm_pool's legalization (the ONNX road's 2-D pools are Relax
+    pool ops until then)."""
+    mod = relax.transform.LegalizeOps(customize_legalize_map=lowering.legalize_map())(mod)
     return [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
 
 

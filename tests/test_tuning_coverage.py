@@ -88,7 +88,9 @@ def test_records_of_this_cpu_and_of_another(tmp_path):
     shipped_cpus = {logs.record_cpu(raw) for _, recs in logs.read_log(logs.shipped_log_dir("host")).records
                     for _, raw, _ in recs}
     assert cov.cpu == here and cov.untuned == 0
-    assert (cov.elsewhere == cov.kernels) == (here not in shipped_cpus)
+    # every kernel tuned elsewhere unless the shipped log holds records of this CPU (it holds the
+    # Emerald Rapids' for ResNet-18 and -50, not for the demo)
+    assert cov.elsewhere == cov.kernels or here in shipped_cpus
     assert set(cov.elsewhere_cpus) <= shipped_cpus - {here}
     mine = tmp_path / "mine"
     shutil.copytree(logs.shipped_log_dir("host"), mine)
@@ -151,7 +153,9 @@ def test_cli_compile_with_no_shipped_logs(tmp_path, capfd):
     onnx.save(demo_model()[0], path)
     assert cli.main(["-q", "compile", str(path), "-o", str(tmp_path / "d.so"), "--no-tuning-logs"]) == 0
     err = capfd.readouterr().err
-    assert f"tvm-pool: tuning: 3 of 3 kernel(s) of {path} have no tuning record" in err, err
+    cov = coverage(tvm_pool.from_onnx(demo_model()[0]), "host", shipped=False)
+    assert cov.kernels >= 3 and cov.untuned == cov.kernels, cov  # on x86 with the NHWC layout's transposes
+    assert f"tvm-pool: tuning: {cov.kernels} of {cov.kernels} kernel(s) of {path} have no tuning record" in err, err
 
 
 def test_cli_inspect_says_it(tmp_path, capsys):

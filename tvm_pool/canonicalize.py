@@ -29,7 +29,7 @@ changes no bit, and the classifier's kernel is the same on both roads.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, tirx
+from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 
 __all__ = ["constants_last", "fold_batch_norm"]
@@ -74,7 +74,9 @@ def _rewriter(p):
         gamma, beta, mean, var = (matches[q] for q in p["params"])
         channels = int(gamma.ty.shape[0])
         op = relax.op
-        eps = relax.prim_value(tirx.FloatImm("float32", float(bn.attrs.epsilon)))
+        # a scalar tensor, not a PrimValue: Relax's ConvertLayout (lowering.CONV_LAYOUTS) crashes
+        # on a binary op with a PrimValue operand
+        eps = relax.const(float(bn.attrs.epsilon), str(var.ty.dtype))
         scale = op.divide(gamma, op.sqrt(op.add(var, eps)))
         if bias is None:
             shift = op.subtract(beta, op.multiply(mean, scale))

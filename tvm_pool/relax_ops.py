@@ -22,7 +22,7 @@ from typing import Sequence
 
 from tvm import relax
 
-from . import compute
+from . import compute, spec
 from .compute import checks
 
 
@@ -32,6 +32,33 @@ def _window_pool(bb, fn, name, data, kernel_shape, strides, pads, dilations, aut
         fn, data, list(kernel_shape), strides, dilations, pads, auto_pad, bool(ceil_mode), **extra,
         primfunc_name_hint=f"tvm_pool_{name}",
     )
+
+
+# TVM's own Relax ops for a 2-D window (relax_pool2d).
+_RELAX_POOL2D = {"max_pool": relax.op.nn.max_pool2d, "avg_pool": relax.op.nn.avg_pool2d}
+
+
+def relax_pool2d(bb, name, data, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, **extra):
+    """``name`` ("max_pool", "avg_pool"; ``extra``: the average's ``count_include_pad``) as
+    TVM's ``relax.op.nn.{max,avg}_pool2d`` on channel-first data, when its window is 2-D with
+    static spatial sizes and explicit pads and Relax infers the output size tvm_pool's spec
+    gives; else None. tvm_pool's legalization (``lowering.legalize_map``) builds it with the
+    same compute and arguments as :func:`max_pool` / :func:`avg_pool`, and a layout pass
+    (``relax.transform.ConvertLayout``: ``lowering.CONV_LAYOUTS``) can carry it to NHWC, where
+    a ``call_tir`` it does not know stays channel-first between two transposes."""
+    sinfo = data.ty
+    if name not in _RELAX_POOL2D or auto_pad != "NOTSET" or sinfo.ndim != 4 or sinfo.shape is None:
+        return None
+    spatial = [spec.as_dim(d) for d in sinfo.shape.values[2:]]
+    if not spec.is_static(*spatial):
+        return None
+    windows = spec.resolve_windows(spatial, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    call = _RELAX_POOL2D[name](data, pool_size=list(kernel_shape), strides=list(strides), padding=list(pads),
+                               dilation=list(dilations), ceil_mode=bool(ceil_mode), layout="NCHW", **extra)
+    out = bb.normalize(call).ty.shape.values[2:]
+    if [int(d) for d in out] != [w.out_size for w in windows]:
+        return None
+    return bb.emit(call)
 
 
 def max_pool(

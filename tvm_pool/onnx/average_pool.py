@@ -32,6 +32,10 @@ class AveragePool(PoolingConverter):
         attrs, data, _ctx, _ = open_node(cls, bb, inputs, attr, version, cls.RULES[version])
         window = parse_window_attrs(attrs, data)
         count_include_pad = attrs.int("count_include_pad", 0, choices=(0, 1))
+        extra = {"count_include_pad": bool(count_include_pad)}
+        pooled = relax_ops.relax_pool2d(bb, "avg_pool", data, **window.as_kwargs(), **extra)
+        if pooled is not None:
+            return pooled
         return relax_ops.avg_pool(bb, data, **window.as_kwargs(), count_include_pad=bool(count_include_pad))
 
     @classmethod

@@ -34,6 +34,9 @@ class MaxPool(PoolingConverter):
         attrs, data, _ctx, num_outputs = open_node(cls, bb, inputs, attr, version, cls.RULES[version])
         window = parse_window_attrs(attrs, data)
         storage_order = attrs.int("storage_order", 0, choices=(0, 1))
+        pooled = relax_ops.relax_pool2d(bb, "max_pool", data, **window.as_kwargs()) if num_outputs == 1 else None
+        if pooled is not None:
+            return pooled
         return relax_ops.max_pool(
             bb,
             data,

@@ -315,7 +315,7 @@ def load_with_sources(target, dirs, shipped):
     if shipped:
         candidates.append((shipped_log_dir(target), False))
     key = (
-        tuple((os.path.abspath(d), explicit, _stamp(d)) for d, explicit in candidates),
+        tuple((os.path.abspath(d), explicit, log_stamp(d)) for d, explicit in candidates),
         target_family(target),
         tuple(target_features(target)),
         SHIPPED_POOLING_RECORDS,
@@ -333,13 +333,14 @@ def load_with_sources(target, dirs, shipped):
     return loaded
 
 
-def _stamp(log_dir: str) -> tuple:
+def log_stamp(log_dir: str) -> tuple:
+    """When and how large the database files of ``log_dir`` were written (None where missing)."""
     paths = [log_file(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
     return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) if os.path.exists(p) else None for p in paths)
 
 
 def _read_cached(log_dir: str) -> LogRecords:
-    key = (os.path.abspath(log_dir), _stamp(log_dir))
+    key = (os.path.abspath(log_dir), log_stamp(log_dir))
     if key not in _CACHE:
         _CACHE[key] = read_log(log_dir)
     return _CACHE[key]

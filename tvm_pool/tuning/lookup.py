@@ -16,14 +16,16 @@ TRIALS_PER_KERNEL = 20
 SECONDS_PER_TRIAL = 0.75
 
 
-def _task_records(mod, target, dirs, shipped):
+def _task_records(mod, target, dirs, shipped, layout=None):
     """``(task, its best record or None, the log it came from)`` for each task ``compile``
-    would build from the Relax module ``mod``."""
+    would build from the Relax module ``mod`` (its convolutions in ``layout``, by default the
+    one ``lowering.choose_conv_layout`` chooses)."""
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
     target = resolve_target(target)
+    layout = layout or lowering.choose_conv_layout(mod, target, dirs, shipped=shipped)
     database, sources = load_with_sources(target, dirs, shipped)
-    for task in ms.relax_integration.extract_tasks(lowering.fuse(mod, target), target):
+    for task in ms.relax_integration.extract_tasks(lowering.fuse(mod, target, layout), target):
         task_mod = task.dispatched[0]
         record = None
         if database is not None and database.has_workload(task_mod):

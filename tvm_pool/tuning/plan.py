@@ -25,7 +25,7 @@ from ..targets import (
     target_family,
     with_num_cores,
 )
-from .logs import runtime_threads
+from .logs import RECORD_FILE, WORKLOAD_FILE, log_file, runtime_threads
 from .remote import rpc_config, rpc_device, rpc_workers
 
 
@@ -46,6 +46,7 @@ class Plan:
     budget_s: float | None = None  # the search stops this long after start
     devices: int = 0  # servers under the RPC key when the run began
     workers: int = 0  # candidates measured at once on them (one session per device at a time)
+    conv_layout: str = "NCHW"  # the 2-D convolutions' layout in the tasks (lowering.CONV_LAYOUTS)
 
     @property
     def deadline(self) -> float | None:
@@ -56,7 +57,8 @@ class Plan:
         target = self.target
         return (
             f"tuning {source or 'model'} for {target_family(target)} ({target.attrs.get('mcpu', target.kind.name)}): "
-            f"{len(self.tasks)} tasks, {len(self.pool_tasks)} pooling (exhaustive, "
+            f"{len(self.tasks)} tasks{' (convolutions in NHWC)' if self.conv_layout == 'NHWC' else ''}, "
+            f"{len(self.pool_tasks)} pooling (exhaustive, "
             f"{sum(len(c) for _, c in self.pool_tasks)} candidates), {len(self.search_tasks)} searched with {trials} trials"
             + (f", {self.measuring()}" if self.rpc else "")
             + (f" under {self.emulated}" if self.emulated else "")
@@ -94,13 +96,22 @@ def plan(mod, target, *, trials: int, log_dir: str | None, rpc, budget_s: float 
     os.makedirs(log_dir, exist_ok=True)
     schedules.register_meta_schedule_rules()
     start = time.time()
-    tasks, pool_tasks, search_tasks = _tasks(mod, target)
+    layout = _conv_layout(mod, target, log_dir)
+    tasks, pool_tasks, search_tasks = _tasks(mod, target, layout)
     return Plan(
         target=target, log_dir=log_dir, fcompile=fcompile, rpc=rpc,
         threads=device.threads if device else runtime_threads(), emulated=device.emulated if device else None,
         tasks=tasks, pool_tasks=pool_tasks, search_tasks=search_tasks, start=start, budget_s=budget_s,
-        devices=device.count if device else 0, workers=workers,
+        devices=device.count if device else 0, workers=workers, conv_layout=layout,
     )
+
+
+def _conv_layout(mod, target, log_dir: str) -> str:
+    """The convolutions' layout to tune: the one ``compile`` takes with the log being extended
+    alone (a new log: channel-last on x86, :func:`tvm_pool.lowering.choose_conv_layout`), so a
+    second run extends the first's tasks and compile then applies them."""
+    written = any(os.path.exists(log_file(log_dir, name)) for name in (WORKLOAD_FILE, RECORD_FILE))
+    return lowering.choose_conv_layout(mod, target, [log_dir] if written else None, shipped=False, prefer="NHWC")
 
 
 def _toolchain_note(target) -> str:
@@ -111,7 +122,7 @@ def _toolchain_note(target) -> str:
     return f"; building its candidates also needs the cross compiler {compiler}, not found (apt-get install g++-{foreign_triple(target)})"
 
 
-def _tasks(mod, target) -> tuple[list, list, list]:
+def _tasks(mod, target, layout: str = "NCHW") -> tuple[list, list, list]:
     """(every task, the pooling tasks with their design spaces, the tasks to search); tasks
     already scheduled (a library kernel's) are neither."""
     # pylint: disable=import-outside-toplevel
@@ -120,7 +131,7 @@ def _tasks(mod, target) -> tuple[list, list, list]:
     from ..schedules import meta_schedule as ms_rules
 
     # pylint: enable=import-outside-toplevel
-    tasks = list(ms.relax_integration.extract_tasks(lowering.fuse(mod, target), target))
+    tasks = list(ms.relax_integration.extract_tasks(lowering.fuse(mod, target, layout), target))
     pool_tasks, search_tasks = [], []
     for task in tasks:
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):

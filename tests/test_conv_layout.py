@@ -1,0 +1,124 @@
+"""The layout compile gives a model's 2-D convolutions (tvm_pool.lowering.CONV_LAYOUTS,
+tvm_pool.lowering.choose_conv_layout): on x86 the one the logs cover better (tune starts new
+logs in NHWC), the model's own NCHW elsewhere; the ONNX road's 2-D pools are TVM's Relax pool ops, so the layout
+carries through them (no transpose around a channel-first pool); tune and compile take the same
+tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+import tvm_pool
+from tvm_pool import lowering
+from tvm_pool.compute.common import LAYOUT_ATTR
+from tvm_pool.targets import resolve_target
+from tvm_pool.lowering import choose_conv_layout as conv_layout
+from tvm_pool.tuning.lookup import coverage
+from oracles import IR_VERSION, run_onnxruntime
+
+
+def _model(pool: str = "MaxPool", dropout: bool = False, **pool_attrs):
+    """Conv 3x3 (5 -> 12) -> Relu -> ``pool`` -> Conv 1x1 (12 -> 7) [-> Dropout]."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((12, 5, 3, 3)).astype("float32"), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((7, 12, 1, 1)).astype("float32"), "w2")
+    attrs = pool_attrs or dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node(pool, ["r1"], ["p1"], **attrs),
+        helper.make_node("Conv", ["p1", "w2"], ["c2" if dropout else "y"]),
+    ]
+    if dropout:
+        nodes.append(helper.make_node("Dropout", ["c2"], ["y"]))
+    graph = helper.make_graph(nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 23, 23])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+
+
+def _pool_funcs(mod, target, layout):
+    fused = lowering.fuse(mod, target, layout)
+    return {str(gv.name_hint): f for gv, f in fused.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and "pool" in str(gv.name_hint)}
+
+
+def test_x86_takes_nhwc_when_preferred_or_covered_and_nchw_elsewhere():
+    """Without logs the layouts tie: compile keeps NCHW (an untuned model builds as before),
+    tune starting a log prefers NHWC; other targets keep NCHW either way."""
+    mod = tvm_pool.from_onnx(_model())
+    assert conv_layout(mod, "x86", shipped=False) == "NCHW"
+    assert conv_layout(mod, "x86", shipped=False, prefer="NHWC") == "NHWC"
+    assert conv_layout(mod, "x86", prefer="NHWC") == "NHWC"  # the shipped logs cover neither
+    assert conv_layout(mod, "arm", shipped=False, prefer="NHWC") == "NCHW"
+    assert conv_layout(mod, "cuda", shipped=False, prefer="NHWC") == "NCHW"
+    no_conv = tvm_pool.from_onnx(helper.make_model(helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])], "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION))
+    assert conv_layout(no_conv, "x86", shipped=False, prefer="NHWC") == "NCHW"
+
+
+def test_a_graph_convert_layout_fails_on_keeps_nchw():
+    """TVM 0.27's ConvertLayout raises on relax.nn.dropout (a tuple output); such a model keeps
+    its layout instead of failing to build."""
+    model = _model(dropout=True)
+    mod = tvm_pool.from_onnx(model)
+    assert conv_layout(mod, "x86", shipped=False, prefer="NHWC") == "NCHW"
+    x = np.random.default_rng(1).standard_normal((1, 5, 23, 23)).astype("float32")
+    got = relax.VirtualMachine(tvm_pool.compile(mod, "x86", shipped_logs=False), tvm.cpu())["main"](tvm.runtime.tensor(x))
+    np.testing.assert_allclose(got.numpy(), run_onnxruntime(model, {"x": x})[0], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("pool,attrs", [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 1, 0], ceil_mode=1)),
+])
+def test_onnx_pools_go_channel_last_with_the_convolutions_and_match(pool, attrs):
+    model = _model(pool, **attrs)
+    mod = tvm_pool.from_onnx(model)
+    assert lowering.calls_op(mod, "relax.nn.max_pool2d", "relax.nn.avg_pool2d")  # not a call_tir
+    funcs = _pool_funcs(mod, "x86", "NHWC")
+    assert funcs and all(f'"{LAYOUT_ATTR}": "channel_last"' in f.script() for f in funcs.values()), list(funcs)
+    assert not any("transpose" in name for name in funcs), list(funcs)  # no transpose fused around the pool
+    x = np.random.default_rng(2).standard_normal((1, 5, 23, 23)).astype("float32")
+    want = run_onnxruntime(model, {"x": x})[0]
+    for layout in lowering.CONV_LAYOUTS:
+        ex = tvm_pool.compile(mod, "x86", shipped_logs=False, conv_layout=layout)
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=layout)
+
+
+def test_pools_relax_cannot_state_stay_tvm_pool_calls():
+    """auto_pad and Indices stay tvm_pool's call_tir (Relax's pool ops have neither)."""
+    for attrs, outputs in ((dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER"), ["y"]),
+                           (dict(kernel_shape=[2, 2], strides=[2, 2]), ["y", "i"])):
+        graph = helper.make_graph(
+            [helper.make_node("MaxPool", ["x"], outputs, **attrs)], "pool",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT if o == "y" else TensorProto.INT64, None) for o in outputs])
+        mod = tvm_pool.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION))
+        assert not lowering.calls_op(mod, "relax.nn.max_pool2d"), attrs
+
+
+def test_tune_takes_nhwc_and_compile_applies_its_records(tmp_path):
+    """A fresh log is tuned channel-last on x86; compile with it then takes NHWC (its records
+    cover the model there), and the convolutions have records."""
+    mod = tvm_pool.from_onnx(_model())
+    result = tvm_pool.tune(mod, "host", trials=8, log_dir=str(tmp_path), source="convs", progress=lambda line: None)
+    assert result.trials > 0
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    host = resolve_target("host")
+    tasks = ms.relax_integration.extract_tasks(lowering.fuse(mod, host, "NHWC"), host)
+    assert tasks and all(db.has_workload(t.dispatched[0]) for t in tasks), [t.task_name for t in tasks]
+    assert conv_layout(mod, "host", [str(tmp_path)], shipped=False) == "NHWC"
+    cov = coverage(mod, "host", [str(tmp_path)], shipped=False)
+    assert cov.kernels == len(tasks) - cov.pooling and cov.untuned_flops == 0, cov  # 8 trials: a transpose may miss out
