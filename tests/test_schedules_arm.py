@@ -17,8 +17,7 @@ import tvm
 from tvm import relax, te
 
 import tvm_pool
-from tvm_pool import lowering
-from tvm_pool import compute, relax_ops
+from tvm_pool import compute, lowering, relax_ops
 from tvm_pool.schedules import arm, cpu_passes, rules_for, strided_loads, x86
 from tvm_pool.targets import has_fullfp16, is_aarch64, is_x86, resolve_target
 

@@ -187,11 +187,6 @@ def calls_op(mod: tvm.IRModule, *names: str) -> bool:
     return bool(found)
 
 
-def has_conv2d(mod: tvm.IRModule) -> bool:
-    """Whether a Relax function of ``mod`` calls relax.nn.conv2d."""
-    return calls_op(mod, "relax.nn.conv2d")
-
-
 def converts_layout(mod: tvm.IRModule, conv_layout: str) -> bool:
     """Whether Relax's ConvertLayout takes ``mod`` to ``conv_layout``."""
     if CONV_LAYOUTS[conv_layout] is None:
@@ -216,7 +211,7 @@ def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: 
     from .tuning.logs import log_stamp  # pylint: disable=import-outside-toplevel
 
     target = resolve_target(target)
-    if not is_x86(target) or not has_conv2d(mod):
+    if not is_x86(target) or not calls_op(mod, "relax.nn.conv2d"):
         return "NCHW"
     key = (str(target), tuple((str(d), log_stamp(str(d))) for d in dirs or ()), shipped, prefer)
     for known, known_key, layout in _CHOSEN:  # compile, and the CLI's coverage line, ask for the same module
@@ -226,9 +221,13 @@ def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: 
         layout = "NCHW"
     elif not dirs and not shipped:
         layout = prefer
-    else:  # max keeps the first of equals
-        order = (prefer, *(l for l in ("NHWC", "NCHW") if l != prefer))
-        layout = max(order, key=lambda l: _covered(mod, target, dirs, shipped, l))
+    else:
+        scores = {}
+        for candidate in (prefer, *(l for l in CONV_LAYOUTS if l != prefer)):
+            scores[candidate] = _covered(mod, target, dirs, shipped, candidate)
+            if scores[candidate][0] == 1.0:  # this CPU's records cover it all: no other layout does better
+                break
+        layout = max(scores, key=scores.get)  # the first of equals: ``prefer``
     _CHOSEN[:] = [(mod, key, layout), *_CHOSEN[:3]]
     return layout
 
@@ -241,27 +240,43 @@ _CHOSEN: list = []
 def _covered(mod, target, dirs, shipped, layout) -> tuple[float, float]:
     """(share of the non-pooling FLOPs with a record measured on this CPU model, share with any)
     when ``mod``'s convolutions are in ``layout``."""
+    from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
+
+    from .tuning.logs import cpu_model, is_pooling  # pylint: disable=import-outside-toplevel
+
+    cpu = cpu_model(target)
+    total = here = anywhere = 0.0
+    for task, record, _ in task_records(mod, target, dirs, shipped, layout):
+        if is_pooling(task.dispatched[0]):
+            continue
+        flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
+        total += flops
+        if record is not None:
+            anywhere += flops
+            here += flops if cpu_model(record.target) == cpu else 0.0
+    return (here / total, anywhere / total) if total else (0.0, 0.0)
+
+
+def task_records(mod, target, dirs=None, shipped: bool = True, layout: str | None = None):
+    """``(task, its best record or None, the log it came from)`` for each task ``compile``
+    would build from the Relax module ``mod`` with the tuning logs of ``dirs`` (and the shipped
+    ones), its convolutions in ``layout`` (by default the one :func:`choose_conv_layout` gives)."""
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.analysis import estimate_tir_flops
 
-    from .tuning.logs import cpu_model, is_pooling, load_with_sources
+    from .tuning.logs import load_with_sources, tvm_ffi_key
 
     # pylint: enable=import-outside-toplevel
-    cpu = cpu_model(target)
-    database, _ = load_with_sources(target, dirs, shipped)
-    total = here = anywhere = 0.0
+    target = resolve_target(target)
+    layout = layout or choose_conv_layout(mod, target, dirs, shipped=shipped)
+    database, sources = load_with_sources(target, dirs, shipped)
     for task in ms.relax_integration.extract_tasks(fuse(mod, target, layout), target):
-        func = task.dispatched[0]
-        if is_pooling(func):
-            continue
-        flops = float(estimate_tir_flops(func)) * int(task.weight)
-        total += flops
-        top = database.get_top_k(database.commit_workload(func), 1) if database and database.has_workload(func) else []
-        if top:
-            anywhere += flops
-            here += flops if cpu_model(top[0].target) == cpu else 0.0
-    return (here / total, anywhere / total) if total else (0.0, 0.0)
+        task_mod = task.dispatched[0]
+        record = None
+        if database is not None and database.has_workload(task_mod):
+            top = database.get_top_k(database.commit_workload(task_mod), 1)
+            record = top[0] if top else None
+        yield task, record, sources.get(tvm_ffi_key(task_mod), "?")
 
 
 def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:

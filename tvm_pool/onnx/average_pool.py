@@ -36,7 +36,7 @@ class AveragePool(PoolingConverter):
         pooled = relax_ops.relax_pool2d(bb, "avg_pool", data, **window.as_kwargs(), **extra)
         if pooled is not None:
             return pooled
-        return relax_ops.avg_pool(bb, data, **window.as_kwargs(), count_include_pad=bool(count_include_pad))
+        return relax_ops.avg_pool(bb, data, **window.as_kwargs(), **extra)
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):

@@ -333,6 +333,11 @@ def load_with_sources(target, dirs, shipped):
     return loaded
 
 
+def log_written(log_dir: str) -> bool:
+    """Whether ``log_dir`` holds a log's workloads or records (plain or gzipped)."""
+    return any(os.path.exists(log_file(log_dir, f)) for f in (WORKLOAD_FILE, RECORD_FILE))
+
+
 def log_stamp(log_dir: str) -> tuple:
     """When and how large the database files of ``log_dir`` were written (None where missing)."""
     paths = [log_file(log_dir, f) for f in (WORKLOAD_FILE, RECORD_FILE, META_FILE)]
@@ -353,7 +358,7 @@ def _usable_log(log_dir: str, explicit: bool, target) -> tuple[LogRecords, dict]
         if explicit:
             _warn(f"tuning log {log_dir}: not a directory; not used")
         return None
-    if not any(os.path.exists(log_file(log_dir, f)) for f in (WORKLOAD_FILE, RECORD_FILE)):
+    if not log_written(log_dir):
         if explicit:
             _warn(f"tuning log {log_dir}: no {WORKLOAD_FILE} / {RECORD_FILE}; not used")
         return None

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import lowering
-from ..targets import resolve_target
-from .logs import cpu_model, is_pooling, load_with_sources, mean_secs, tvm_ffi_key
+from .logs import cpu_model, is_pooling, mean_secs
 
 # What ``tvm-pool tune`` is told to spend per kernel without a record, and what a measurement
 # took: `tvm-pool tune --trials 400` on ResNet-18 (about 20 such kernels) took 5 minutes on a
@@ -16,31 +15,13 @@ TRIALS_PER_KERNEL = 20
 SECONDS_PER_TRIAL = 0.75
 
 
-def _task_records(mod, target, dirs, shipped, layout=None):
-    """``(task, its best record or None, the log it came from)`` for each task ``compile``
-    would build from the Relax module ``mod`` (its convolutions in ``layout``, by default the
-    one ``lowering.choose_conv_layout`` chooses)."""
-    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
-
-    target = resolve_target(target)
-    layout = layout or lowering.choose_conv_layout(mod, target, dirs, shipped=shipped)
-    database, sources = load_with_sources(target, dirs, shipped)
-    for task in ms.relax_integration.extract_tasks(lowering.fuse(mod, target, layout), target):
-        task_mod = task.dispatched[0]
-        record = None
-        if database is not None and database.has_workload(task_mod):
-            top = database.get_top_k(database.commit_workload(task_mod), 1)
-            record = top[0] if top else None
-        yield task, record, sources.get(tvm_ffi_key(task_mod), "?")
-
-
 def records_for(mod, target, dirs=None, *, shipped: bool = True) -> list[tuple[str, str]]:
     """For each PrimFunc ``compile`` would build from the Relax module ``mod``: (name, which
     tuning record it gets, or "none"). A log that is not used, or only in part, warns
     (:class:`TuningLogWarning`) as it does for ``compile``."""
     return [(task.task_name, "none" if record is None else
              f"{mean_secs(record.run_secs) * 1e3:.4g} ms, {len(record.trace.insts)}-step schedule from {source}")
-            for task, record, source in _task_records(mod, target, dirs, shipped)]
+            for task, record, source in lowering.task_records(mod, target, dirs, shipped)]
 
 
 def tuning_record_for(target, mod, tuning_logs=None, shipped: bool = True) -> str | None:
@@ -106,7 +87,7 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
     kernels = untuned = pooling = elsewhere = 0
     flops = untuned_flops = 0.0
     elsewhere_cpus: set = set()
-    for task, record, _ in _task_records(mod, target, dirs, shipped):
+    for task, record, _ in lowering.task_records(mod, target, dirs, shipped):
         task_flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         flops += task_flops
         if is_pooling(task.dispatched[0]):

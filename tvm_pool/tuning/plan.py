@@ -25,7 +25,7 @@ from ..targets import (
     target_family,
     with_num_cores,
 )
-from .logs import RECORD_FILE, WORKLOAD_FILE, log_file, runtime_threads
+from .logs import log_written, runtime_threads
 from .remote import rpc_config, rpc_device, rpc_workers
 
 
@@ -110,8 +110,8 @@ def _conv_layout(mod, target, log_dir: str) -> str:
     """The convolutions' layout to tune: the one ``compile`` takes with the log being extended
     alone (a new log: channel-last on x86, :func:`tvm_pool.lowering.choose_conv_layout`), so a
     second run extends the first's tasks and compile then applies them."""
-    written = any(os.path.exists(log_file(log_dir, name)) for name in (WORKLOAD_FILE, RECORD_FILE))
-    return lowering.choose_conv_layout(mod, target, [log_dir] if written else None, shipped=False, prefer="NHWC")
+    return lowering.choose_conv_layout(mod, target, [log_dir] if log_written(log_dir) else None, shipped=False,
+                                       prefer="NHWC")
 
 
 def _toolchain_note(target) -> str:
