@@ -84,6 +84,16 @@ def test_torch_export_matches_torch_with_every_batch_norm_folded():
     np.testing.assert_allclose(got.numpy(), net(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_folded_batch_norms_convert_to_channel_last():
+    """The fold's epsilon is a tensor: Relax's ConvertLayout (the NHWC convolutions of
+    lowering.CONV_LAYOUTS) crashed the process on the PrimValue it was."""
+    net, x = _net(), torch.randn(2, 3, 20, 20)
+    ex = tvm_pool.compile(_exported(net, x), "llvm", conv_layout="NHWC")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = got if hasattr(got, "numpy") else got[0]
+    np.testing.assert_allclose(got.numpy(), net(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_torch_export_gives_the_torchscript_onnx_exports_kernels():
     """The fold is the TorchScript exporter's, and the classifier's add takes its bias second: the
     fused kernels of both roads (convolutions, the linear layer) are the same PrimFuncs, so a
