@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from unittest import mock
 
 import numpy as np
 import tvm
 from tvm import tirx
 
 import tvm_pool
+from tvm_pool import lowering
 from tvm_pool.schedules import rules_for
+from tvm_pool.schedules.analysis import TOPI_POOL_RULES
 from tvm_pool.targets import resolve_target
 from helpers import tolerance
 
@@ -56,12 +59,16 @@ class Report:
         return lines + ["every scheduled PrimFunc equals its unscheduled self alone"]
 
 
-def lower_unscheduled(mod: tvm.IRModule, target) -> tvm.IRModule:
-    """``mod`` through tvm_pool's Relax pipeline without schedules (no TIR build)."""
+def lower_unscheduled(mod: tvm.IRModule, target, conv_layout: str = "auto") -> tvm.IRModule:
+    """``mod`` through tvm_pool's Relax pipeline without schedules (no TIR build), its 2-D
+    convolutions in ``conv_layout`` ("auto": the layout ``tvm_pool.compile`` chooses for it, so
+    the pooling PrimFuncs are those the scheduled build has, channel-last where its are)."""
     target = resolve_target(target)
+    if conv_layout == "auto":
+        conv_layout = tvm_pool.lowering.choose_conv_layout(mod, target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return tvm_pool.lowering.pipeline(target, schedule=False)(mod)
+        return tvm_pool.lowering.pipeline(target, schedule=False, conv_layout=conv_layout)(mod)
 
 
 def _symbol(gvar, func) -> str:
@@ -228,3 +235,43 @@ def assert_scheduled_equals_unscheduled(mod: tvm.IRModule, target, label: str, s
     report = check_module(mod, target, seed)
     assert not report.mismatches, f"{label}: scheduled PrimFuncs differ from unscheduled:\n{report.summary()}"
     return report
+
+
+def _is_pooling(func: tvm.tirx.PrimFunc) -> bool:
+    text = func.script()
+    return '"tvm_pool.kind"' in text or any(f'"{rule}"' in text for rule in TOPI_POOL_RULES)
+
+
+def compile_scheduled(mod: tvm.IRModule, target) -> tuple[tvm.runtime.Executable, dict]:
+    """``mod`` built by tvm_pool.compile for ``target``, and its pooling PrimFuncs (name ->
+    function) as they left tvm_pool's schedule pass."""
+    seen = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.test.capture_pools")
+    def capture(m, _ctx):
+        for gvar, func in m.functions_items():
+            if isinstance(func, tvm.tirx.PrimFunc) and _is_pooling(func):
+                seen[gvar.name_hint] = func
+        return m
+
+    real = lowering.schedule_passes
+    with mock.patch.object(lowering, "schedule_passes", lambda t: list(real(t)) + [capture]):
+        executable = tvm_pool.compile(mod, target)
+    return executable, seen
+
+
+def assert_pools_exact(mod: tvm.IRModule, target, pools: dict, label: str, run_target=None,
+                       pipeline: str = "default") -> None:
+    """Each scheduled pooling PrimFunc of ``pools`` (as compile scheduled it for ``target``)
+    equals its unscheduled self (``mod`` lowered for ``target`` without schedules), both built
+    for ``run_target`` (default ``target``) with the TIR pipeline ``pipeline``."""
+    if not pools:
+        return
+    lowered = {gv.name_hint: f for gv, f in lower_unscheduled(mod, target).functions_items()
+               if isinstance(f, tvm.tirx.PrimFunc)}
+    missing = sorted(set(pools) - set(lowered))
+    assert not missing, f"{label}: pooling PrimFuncs missing from the unscheduled lowering: {missing}"
+    report = check_pairs([(name, lowered[name], func) for name, func in sorted(pools.items())],
+                         run_target or target, tir_pipeline=pipeline)
+    assert not report.mismatches and not report.unchecked, \
+        f"{label}: scheduled pooling PrimFuncs differ from unscheduled:\n{report.summary()}"

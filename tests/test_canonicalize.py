@@ -94,6 +94,41 @@ def test_folded_batch_norms_convert_to_channel_last():
     np.testing.assert_allclose(got.numpy(), net(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
+def _constants(mod) -> list:
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e.value.numpy())
+                                    if isinstance(e, tvm.ir.expr.GenericConst) else None)
+    return sorted(found, key=lambda a: (a.shape, a.tobytes()))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_constants_folded_in_numpy_are_fold_constants_bits(layout):
+    """canonicalize.fold_constants (the folded batch norms' weights, the NHWC transposes, in NumPy)
+    gives the constants Relax's FoldConstant computes with a kernel each, bit for bit."""
+    from tvm_pool.canonicalize import constants_last, fold_batch_norm, fold_constants
+    from tvm_pool.lowering import CONV_LAYOUTS
+
+    net, x = _net(2), torch.randn(1, 3, 20, 20)
+    first = [fold_batch_norm(), constants_last()]
+    if CONV_LAYOUTS[layout]:
+        first.append(relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[layout]}))
+    then = [relax.transform.LegalizeOps(), relax.transform.FoldConstant()]
+    with tvm.target.Target("llvm"):
+        by_kernels = tvm.transform.Sequential(first + then)(_exported(net, x))
+        by_numpy = tvm.transform.Sequential(first + [fold_constants()] + then)(_exported(net, x))
+        folded = tvm.transform.Sequential(first + [fold_constants()])(_exported(net, x))
+    bound = {b.var: b.value for block in folded["main"].body.blocks for b in block.bindings}
+    constant = lambda e: isinstance(bound.get(e, e), tvm.ir.expr.GenericConst)  # noqa: E731
+    left = [str(v.op.name) for v in bound.values()
+            if isinstance(v, relax.Call) and str(v.op.name) in ("relax.permute_dims", "relax.multiply", "relax.reshape")
+            and constant(v.args[0])]
+    assert not left, left  # every weight and bias is computed before LegalizeOps
+    want, got = _constants(by_kernels), _constants(by_numpy)
+    assert len(got) == len(want) >= 6
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
+
+
 def test_torch_export_gives_the_torchscript_onnx_exports_kernels():
     """The fold is the TorchScript exporter's, and the classifier's add takes its bias second: the
     fused kernels of both roads (convolutions, the linear layer) are the same PrimFuncs, so a

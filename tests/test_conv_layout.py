@@ -21,6 +21,7 @@ from tvm_pool.targets import resolve_target
 from tvm_pool.lowering import choose_conv_layout as conv_layout
 from tvm_pool.tuning.lookup import coverage
 from oracles import IR_VERSION, run_onnxruntime
+from primfunc_check import assert_pools_exact, compile_scheduled
 
 
 def _model(pool: str = "MaxPool", dropout: bool = False, **pool_attrs):
@@ -95,6 +96,22 @@ def test_onnx_pools_go_channel_last_with_the_convolutions_and_match(pool, attrs)
         ex = tvm_pool.compile(mod, "x86", shipped_logs=False, conv_layout=layout)
         got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=layout)
+
+
+def test_channel_last_build_checks_its_pools_against_their_unscheduled_selves(monkeypatch, host):
+    """The scheduled-equals-unscheduled check (tests/primfunc_check.py) lowers the unscheduled
+    reference in the layout compile chose: a model compiled with NHWC convolutions has its
+    channel-last pools checked against channel-last computes (with NCHW ones the reference's
+    buffers had other shapes and the check failed on their strides)."""
+    monkeypatch.setattr(lowering, "choose_conv_layout", lambda *args, **kwargs: "NHWC")
+    model = _model("AveragePool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    mod = tvm_pool.from_onnx(model)
+    executable, pools = compile_scheduled(mod, host)
+    assert pools and all(f'"{LAYOUT_ATTR}": "channel_last"' in f.script() for f in pools.values()), list(pools)
+    assert_pools_exact(mod, host, pools, "channel-last model")
+    x = np.random.default_rng(3).standard_normal((1, 5, 23, 23)).astype("float32")
+    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, run_onnxruntime(model, {"x": x})[0], rtol=1e-5, atol=1e-4)
 
 
 def test_pools_relax_cannot_state_stay_tvm_pool_calls():

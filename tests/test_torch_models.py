@@ -77,7 +77,6 @@ import io
 import time
 import traceback
 import warnings
-from unittest import mock
 
 import numpy as np
 import onnx
@@ -90,11 +89,9 @@ from torch.utils import _pytree
 from tvm import relax
 
 import tvm_pool
-from tvm_pool import lowering
 from tvm_pool.errors import one_line
 from tvm_pool.onnx.fold import fold_constant_shapes
 from tvm_pool.schedules import tir_pipeline
-from tvm_pool.schedules.analysis import TOPI_POOL_RULES
 from tvm_pool.targets import DEFAULT_CUDA_ARCH, export_compiler, resolve_target
 
 import cuda_checks as cc
@@ -102,7 +99,7 @@ from helpers import (EM_AARCH64, elf_machine, emulated_device, needs_cross_compi
                      tolerance, x86_only)
 from helpers.torchvision_models import FAMILY, MODELS, build, import_torchvision, input_shapes
 from oracles import IR_VERSION, run_onnxruntime
-from primfunc_check import check_pairs, lower_unscheduled
+from primfunc_check import assert_pools_exact, compile_scheduled
 
 pytestmark = x86_only
 
@@ -307,29 +304,6 @@ def export_onnx(model: torch.nn.Module, x, exporter: str) -> onnx.ModelProto:
     return proto
 
 
-def _is_pooling(func: tvm.tirx.PrimFunc) -> bool:
-    text = func.script()
-    return '"tvm_pool.kind"' in text or any(f'"{rule}"' in text for rule in TOPI_POOL_RULES)
-
-
-def compile_scheduled(mod: tvm.IRModule, target) -> tuple[tvm.runtime.Executable, dict]:
-    """``mod`` built by tvm_pool.compile for ``target``, and its pooling PrimFuncs (name ->
-    function) as they left tvm_pool's schedule pass."""
-    seen = {}
-
-    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.test.capture_pools")
-    def capture(m, _ctx):
-        for gvar, func in m.functions_items():
-            if isinstance(func, tvm.tirx.PrimFunc) and _is_pooling(func):
-                seen[gvar.name_hint] = func
-        return m
-
-    real = lowering.schedule_passes
-    with mock.patch.object(lowering, "schedule_passes", lambda t: list(real(t)) + [capture]):
-        executable = tvm_pool.compile(mod, target)
-    return executable, seen
-
-
 def run_vm(vm: relax.VirtualMachine, inputs) -> list[np.ndarray]:
     return cc._flat(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))  # pylint: disable=protected-access
 
@@ -354,23 +328,6 @@ def assert_pools_scheduled(pools: dict, label: str, expect_pools: bool) -> None:
     assert not unscheduled, f"{label}: pooling PrimFuncs left unscheduled: {unscheduled}"
     if expect_pools:
         assert pools, f"{label}: no pooling PrimFunc in the build (a pool was lowered by something else)"
-
-
-def assert_pools_exact(mod: tvm.IRModule, target, pools: dict, label: str, run_target=None,
-                       pipeline: str = "default") -> None:
-    """Each scheduled pooling PrimFunc of ``pools`` (as compile scheduled it for ``target``)
-    equals its unscheduled self (``mod`` lowered for ``target`` without schedules), both built
-    for ``run_target`` (default ``target``) with the TIR pipeline ``pipeline``."""
-    if not pools:
-        return
-    lowered = {gv.name_hint: f for gv, f in lower_unscheduled(mod, target).functions_items()
-               if isinstance(f, tvm.tirx.PrimFunc)}
-    missing = sorted(set(pools) - set(lowered))
-    assert not missing, f"{label}: pooling PrimFuncs missing from the unscheduled lowering: {missing}"
-    report = check_pairs([(name, lowered[name], func) for name, func in sorted(pools.items())],
-                         run_target or target, tir_pipeline=pipeline)
-    assert not report.mismatches and not report.unchecked, \
-        f"{label}: scheduled pooling PrimFuncs differ from unscheduled:\n{report.summary()}"
 
 
 def available_memory_gb() -> float:
