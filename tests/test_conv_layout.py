@@ -66,15 +66,38 @@ def test_x86_takes_nhwc_when_preferred_or_covered_and_nchw_elsewhere():
     assert conv_layout(no_conv, "x86", shipped=False, prefer="NHWC") == "NCHW"
 
 
-def test_a_graph_convert_layout_fails_on_keeps_nchw():
-    """TVM 0.27's ConvertLayout raises on relax.nn.dropout (a tuple output); such a model keeps
-    its layout instead of failing to build."""
+def test_an_inference_dropout_is_dropped_and_the_model_goes_channel_last():
+    """An inference dropout (torch.export keeps eval-mode nn.Dropout) is a no-op:
+    canonicalize.drop_dropout removes it, so ConvertLayout, which TVM 0.27 fails on a dropout's
+    tuple, can give the convolutions NHWC; the outputs match onnxruntime's."""
     model = _model(dropout=True)
     mod = tvm_pool.from_onnx(model)
-    assert conv_layout(mod, "x86", shipped=False, prefer="NHWC") == "NCHW"
+    assert lowering.calls_op(mod, "relax.nn.dropout")
+    assert conv_layout(mod, "x86", shipped=False, prefer="NHWC") == "NHWC"
     x = np.random.default_rng(1).standard_normal((1, 5, 23, 23)).astype("float32")
-    got = relax.VirtualMachine(tvm_pool.compile(mod, "x86", shipped_logs=False), tvm.cpu())["main"](tvm.runtime.tensor(x))
+    ex = tvm_pool.compile(mod, "x86", shipped_logs=False, conv_layout="NHWC")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
     np.testing.assert_allclose(got.numpy(), run_onnxruntime(model, {"x": x})[0], rtol=1e-5, atol=1e-4)
+
+
+def test_a_graph_convert_layout_fails_on_keeps_nchw():
+    """A dropout whose mask is used stays, and TVM 0.27's ConvertLayout raises on it (a tuple
+    output): such a model keeps its layout instead of failing to build."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
+    w = relax.const(np.ones((4, 3, 3, 3), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(x, w))
+            both = bb.emit(relax.op.nn.dropout(conv, 0.5))
+            out = bb.emit_output(relax.op.add(relax.TupleGetItem(both, 0), relax.TupleGetItem(both, 1)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert conv_layout(mod, "x86", shipped=False, prefer="NHWC") == "NCHW"
+    data = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    got = relax.VirtualMachine(tvm_pool.compile(mod, "x86", shipped_logs=False), tvm.cpu())["main"](tvm.runtime.tensor(data))
+    conv_np = np.stack([sum(np.lib.stride_tricks.sliding_window_view(data[0, c], (3, 3)).sum(axis=(2, 3)) for c in range(3))] * 4)
+    np.testing.assert_allclose(got.numpy()[0], conv_np + 1.0, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("pool,attrs", [

@@ -31,6 +31,12 @@ weight's and bias's transpose. Relax's ``FoldConstant`` builds and runs a kernel
 them (ResNet-50 in NHWC: 113 builds, most of its fusion time); NumPy's float32 arithmetic rounds
 each operation as that kernel does (IEEE add, multiply, divide and square root), and transposes
 and reshapes move bits, so the constants are the same.
+
+Inference dropouts dropped (:func:`drop_dropout`): ``torch.export`` keeps an eval-mode
+``nn.Dropout`` as ``relax.nn.dropout``, a no-op at inference (TVM legalizes it to a copy and
+an all-ones mask), where the ONNX exporters drop it. Its first output is replaced by its input,
+so the model is the ONNX export's graph, and Relax's ``ConvertLayout`` (which fails on the
+dropout's tuple) can give its convolutions the channel-last layout.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-__all__ = ["constants_last", "fold_batch_norm", "fold_constants"]
+__all__ = ["constants_last", "drop_dropout", "fold_batch_norm", "fold_constants"]
 
 
 def _pattern():
@@ -188,15 +194,39 @@ def _static(call) -> bool:
     return isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values)
 
 
-@relax.transform.function_pass(opt_level=0, name="tvm_pool.fold_constants")
-class _FoldConstants:  # pylint: disable=too-few-public-methods
-    def transform_function(self, func, mod, _ctx):
-        if _is_primitive(func):
-            return func
-        return relax.analysis.remove_all_unused(_ConstantFolder(mod).visit_expr(func))
+def _mutator_pass(name: str, mutator_class) -> tvm.transform.Pass:
+    """A function pass running ``mutator_class`` over every Relax function that is not a fused
+    one, then dropping the bindings it left unused."""
+
+    @relax.transform.function_pass(opt_level=0, name=name)
+    class _Pass:  # pylint: disable=too-few-public-methods
+        def transform_function(self, func, mod, _ctx):
+            if _is_primitive(func):
+                return func
+            return relax.analysis.remove_all_unused(mutator_class(mod).visit_expr(func))
+
+    return _Pass()
 
 
 def fold_constants() -> tvm.transform.Pass:
     """The pass that computes layout ops on constants and float32 arithmetic on constants in
     NumPy (see the module docstring), in every Relax function of a module."""
-    return _FoldConstants()
+    return _mutator_pass("tvm_pool.fold_constants", _ConstantFolder)
+
+
+@mutator
+class _DropoutRemover(PyExprMutator):
+    def visit_tuple_getitem_(self, op):  # pylint: disable=arguments-renamed
+        item = self.visit_expr_post_order(op)
+        value = item.tuple_value
+        if isinstance(value, relax.Var):
+            value = self.lookup_binding(value)
+        if item.index == 0 and isinstance(value, relax.Call) and value.op.same_as(tvm.ir.Op.get("relax.nn.dropout")):
+            return value.args[0]
+        return item
+
+
+def drop_dropout() -> tvm.transform.Pass:
+    """The pass that replaces each inference dropout's output by its input (see the module
+    docstring); a dropout whose mask is used stays."""
+    return _mutator_pass("tvm_pool.drop_dropout", _DropoutRemover)

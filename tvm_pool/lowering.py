@@ -16,7 +16,7 @@ from tvm import relax
 from tvm.ir import Op
 
 from . import adaptive_legalize, compute, vector_exp
-from .canonicalize import constants_last, fold_batch_norm, fold_constants
+from .canonicalize import constants_last, drop_dropout, fold_batch_norm, fold_constants
 from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
 from .targets import is_x86, resolve_target
@@ -168,7 +168,8 @@ CONV_LAYOUTS = {"NCHW": None, "NHWC": ["NHWC", "HWIO"]}
 
 
 # Ops TVM 0.27's ConvertLayout fails on ("Expected nested to match tuple": a tuple output it
-# infers no layout for), leaving a Relax BlockBuilder open as it raises.
+# infers no layout for), leaving a Relax BlockBuilder open as it raises: a dropout whose mask is used
+# (canonicalize.drop_dropout removes the others).
 _NO_CONVERT_LAYOUT = ("relax.nn.dropout",)
 
 
@@ -191,6 +192,7 @@ def converts_layout(mod: tvm.IRModule, conv_layout: str) -> bool:
     """Whether Relax's ConvertLayout takes ``mod`` to ``conv_layout``."""
     if CONV_LAYOUTS[conv_layout] is None:
         return True
+    mod = drop_dropout()(mod)  # as fusion_passes does first
     if calls_op(mod, *_NO_CONVERT_LAYOUT):
         return False
     try:
@@ -292,7 +294,7 @@ def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
     # one graph for every road first (tvm_pool.canonicalize): torch.export and both ONNX
     # exporters then give the same kernels, which the shipped logs cover
-    passes = [fold_batch_norm(), constants_last()]
+    passes = [drop_dropout(), fold_batch_norm(), constants_last()]
     if CONV_LAYOUTS[conv_layout] is not None:
         passes.append(relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[conv_layout]}))
     passes.append(fold_constants())  # the folded and transposed weights, without a kernel build each
