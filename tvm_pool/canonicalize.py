@@ -146,20 +146,23 @@ def constants_last() -> tvm.transform.Pass:
     return _ConstantsLast()
 
 
-def _permute(x, attrs):
-    return np.transpose(x, None if attrs.axes is None else [int(a) for a in attrs.axes])
-
-
-def _reshape(x, shape):
-    return np.reshape(x, [int(d) for d in shape.values])
-
-
-# Relax ops on constants computed in NumPy: the layout ops for every dtype, the arithmetic for
-# float32 only (rounded once per operation as TVM's kernel rounds it)
-_LAYOUT_OPS = {"relax.permute_dims": lambda call, x: _permute(x, call.attrs),
-               "relax.reshape": lambda call, x: _reshape(x, call.args[1])}
+# Float32 arithmetic on constants computed in NumPy (rounded once per operation as TVM's kernel
+# rounds it); the layout ops (:func:`_layout`) are folded for every dtype.
 _FLOAT32_OPS = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
                 "relax.divide": np.divide, "relax.sqrt": np.sqrt}
+
+
+def _layout(call, const):
+    """``call``, a permute_dims or a reshape to integer sizes, applied to the Constant ``const``
+    (a NumPy array); None for another call (a reshape to symbolic sizes among them)."""
+    name = call.op.name
+    if name == "relax.permute_dims":
+        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        return np.transpose(const.value.numpy(), axes)
+    shape = call.args[1] if name == "relax.reshape" else None
+    if isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values):
+        return np.reshape(const.value.numpy(), [int(d) for d in shape.values])
+    return None
 
 
 @mutator
@@ -172,26 +175,18 @@ class _ConstantFolder(PyExprMutator):
 
     def visit_call_(self, op):  # pylint: disable=arguments-renamed
         call = self.visit_expr_post_order(op)
-        name = call.op.name if isinstance(call.op, tvm.ir.Op) else ""
-        if name in _LAYOUT_OPS and _static(call):
-            data = self._constant(call.args[0])
-            if data is not None:
-                return relax.const(_LAYOUT_OPS[name](call, data.value.numpy()), str(data.ty.dtype))
-        elif name in _FLOAT32_OPS:
+        if not isinstance(call.op, tvm.ir.Op):
+            return call
+        if call.op.name in _FLOAT32_OPS:
             values = [self._constant(a) for a in call.args]
             if all(v is not None and str(v.ty.dtype) == "float32" for v in values):
                 with np.errstate(all="ignore"):  # inf and NaN as TVM's kernel gives them
-                    folded = _FLOAT32_OPS[name](*(v.value.numpy() for v in values))
+                    folded = _FLOAT32_OPS[call.op.name](*(v.value.numpy() for v in values))
                 return relax.const(np.asarray(folded, "float32"), "float32")
-        return call
-
-
-def _static(call) -> bool:
-    """A layout op whose result's shape is known: a reshape to a shape of integers."""
-    if call.op.name != "relax.reshape":
-        return True
-    shape = call.args[1]
-    return isinstance(shape, relax.ShapeExpr) and all(isinstance(d, tvm.tirx.IntImm) for d in shape.values)
+            return call
+        data = self._constant(call.args[0]) if call.args else None
+        folded = None if data is None else _layout(call, data)
+        return call if folded is None else relax.const(folded, str(data.ty.dtype))
 
 
 def _mutator_pass(name: str, mutator_class) -> tvm.transform.Pass:

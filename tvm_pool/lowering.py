@@ -192,11 +192,11 @@ def converts_layout(mod: tvm.IRModule, conv_layout: str) -> bool:
     """Whether Relax's ConvertLayout takes ``mod`` to ``conv_layout``."""
     if CONV_LAYOUTS[conv_layout] is None:
         return True
-    mod = drop_dropout()(mod)  # as fusion_passes does first
+    mod = tvm.transform.Sequential(_canonical_passes("NCHW"))(mod)  # the graph fusion_passes converts
     if calls_op(mod, *_NO_CONVERT_LAYOUT):
         return False
     try:
-        relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[conv_layout]})(mod)
+        _convert_layout(conv_layout)(mod)
     except (RuntimeError, ValueError) as err:  # TVM raises InternalError, a RuntimeError
         logger.info("conv_layout %s: ConvertLayout fails (%s); the model keeps NCHW", conv_layout, err)
         return False
@@ -292,11 +292,7 @@ def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
-    # one graph for every road first (tvm_pool.canonicalize): torch.export and both ONNX
-    # exporters then give the same kernels, which the shipped logs cover
-    passes = [drop_dropout(), fold_batch_norm(), constants_last()]
-    if CONV_LAYOUTS[conv_layout] is not None:
-        passes.append(relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[conv_layout]}))
+    passes = _canonical_passes(conv_layout)
     passes.append(fold_constants())  # the folded and transposed weights, without a kernel build each
     passes.append(relax.transform.LegalizeOps(customize_legalize_map=legalize_map(target)))
     passes += backend.library_dispatch_passes(target)
@@ -307,6 +303,20 @@ def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:
 
     passes.append(prepare_pass(target))
     return passes
+
+
+def _canonical_passes(conv_layout: str) -> list:
+    """One graph for every road first (tvm_pool.canonicalize): torch.export and both ONNX
+    exporters then give the same kernels, which the shipped logs cover; then the convolutions'
+    layout."""
+    passes = [drop_dropout(), fold_batch_norm(), constants_last()]
+    if CONV_LAYOUTS[conv_layout] is not None:
+        passes.append(_convert_layout(conv_layout))
+    return passes
+
+
+def _convert_layout(conv_layout: str) -> tvm.transform.Pass:
+    return relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[conv_layout]})
 
 
 def fuse(mod: tvm.IRModule, target, conv_layout: str = "NCHW") -> tvm.IRModule:
