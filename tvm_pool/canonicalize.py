@@ -153,8 +153,8 @@ _FLOAT32_OPS = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multi
 
 
 def _layout(call, const):
-    """``call``, a permute_dims or a reshape to integer sizes, applied to the Constant ``const``
-    (a NumPy array); None for another call (a reshape to symbolic sizes among them)."""
+    """``call``, a permute_dims or a reshape to integer sizes, applied to the Constant ``const``:
+    a NumPy array; None for another call (a reshape to symbolic sizes among them)."""
     name = call.op.name
     if name == "relax.permute_dims":
         axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
