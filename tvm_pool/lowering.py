@@ -9,13 +9,14 @@ then every PrimFunc that carries a tvm_pool block (fused or not) gets the target
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 import tvm
 from tvm import relax
 from tvm.ir import Op
 
-from . import adaptive_legalize, compute, vector_exp
+from . import adaptive_legalize, compute, vector_exp, winograd
 from .canonicalize import constants_last, drop_dropout, fold_batch_norm, fold_constants
 from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
@@ -92,8 +93,11 @@ def _within(legalize, contexts):
 def schedule_passes(target: tvm.target.Target) -> list:
     """Passes that attach tvm_pool's schedules (and shipped tuning records) for ``target``."""
     from .schedules import schedule_pass  # pylint: disable=import-outside-toplevel
+    from .schedules import winograd as winograd_rule  # pylint: disable=import-outside-toplevel
 
-    return [schedule_pass(target)]
+    # the Winograd transforms first (tvm_pool.winograd rewrites convolutions on x86 only)
+    transforms = [tvm.s_tir.dlight.ApplyDefaultSchedule(winograd_rule.Transforms())] if is_x86(target) else []
+    return transforms + [schedule_pass(target)]
 
 
 # TVM 0.27's UnrollLoop pass decides whether to unroll a loop from ``extent * steps`` computed
@@ -244,13 +248,14 @@ def _covered(mod, target, dirs, shipped, layout) -> tuple[float, float]:
     when ``mod``'s convolutions are in ``layout``."""
     from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
 
+    from .schedules import winograd as winograd_rule  # pylint: disable=import-outside-toplevel
     from .tuning.logs import cpu_model, is_pooling  # pylint: disable=import-outside-toplevel
 
     cpu = cpu_model(target)
     total = here = anywhere = 0.0
     for task, record, _ in task_records(mod, target, dirs, shipped, layout):
-        if is_pooling(task.dispatched[0]):
-            continue
+        if is_pooling(task.dispatched[0]) or winograd_rule.takes(task.dispatched[0]["main"]):
+            continue  # tvm_pool's own schedules
         flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         total += flops
         if record is not None:
@@ -272,7 +277,9 @@ def task_records(mod, target, dirs=None, shipped: bool = True, layout: str | Non
     target = resolve_target(target)
     layout = layout or choose_conv_layout(mod, target, dirs, shipped=shipped)
     database, sources = load_with_sources(target, dirs, shipped)
-    for task in ms.relax_integration.extract_tasks(fuse(mod, target, layout), target):
+    with database if database is not None else contextlib.nullcontext():  # Winograd's "auto" asks it
+        tasks = ms.relax_integration.extract_tasks(fuse(mod, target, layout), target)
+    for task in tasks:
         task_mod = task.dispatched[0]
         record = None
         if database is not None and database.has_workload(task_mod):
@@ -281,12 +288,14 @@ def task_records(mod, target, dirs=None, shipped: bool = True, layout: str | Non
         yield task, record, sources.get(tvm_ffi_key(task_mod), "?")
 
 
-def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:
+def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW", winograd_mode: str = "auto") -> list:
     """The passes ``pipeline`` runs before scheduling: tvm_pool's legalization, TVM's library
     dispatch and legalization up to fusion (FuseOps / FuseTIR), then the target family's
     rewrites of pooling functions (``schedules.prepare_pass``). Tuning extracts its tasks from
     the module these produce, so tuned workloads are the PrimFuncs ``compile`` schedules.
-    ``conv_layout``: the 2-D convolutions' layout (:data:`CONV_LAYOUTS`)."""
+    ``conv_layout``: the 2-D convolutions' layout (:data:`CONV_LAYOUTS`). ``winograd_mode``: which
+    channel-last 3x3 convolutions become Winograd kernels on x86 (:mod:`tvm_pool.winograd`;
+    "auto": those whose product the current MetaSchedule database has a record for)."""
     if conv_layout not in CONV_LAYOUTS:
         raise ValueError(f"conv_layout must be one of {', '.join(CONV_LAYOUTS)}, got {conv_layout!r}")
     backend = _backend(target)
@@ -294,6 +303,8 @@ def fusion_passes(target: tvm.target.Target, conv_layout: str = "NCHW") -> list:
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
     passes = _canonical_passes(conv_layout)
     passes.append(fold_constants())  # the folded and transposed weights, without a kernel build each
+    if is_x86(target) and CONV_LAYOUTS[conv_layout] is not None:
+        passes.append(winograd.rewrite(winograd_mode, covered=functools.partial(_product_recorded, target)))
     passes.append(relax.transform.LegalizeOps(customize_legalize_map=legalize_map(target)))
     passes += backend.library_dispatch_passes(target)
     passes += legalize[:first_default]
@@ -319,15 +330,45 @@ def _convert_layout(conv_layout: str) -> tvm.transform.Pass:
     return relax.transform.ConvertLayout({"relax.nn.conv2d": CONV_LAYOUTS[conv_layout]})
 
 
-def fuse(mod: tvm.IRModule, target, conv_layout: str = "NCHW") -> tvm.IRModule:
+def fuse(mod: tvm.IRModule, target, conv_layout: str = "NCHW", winograd_mode: str = "auto") -> tvm.IRModule:
     """``mod`` after :func:`fusion_passes`: the PrimFuncs tuning sees and compile schedules."""
     target = resolve_target(target)
     with target:
-        return tvm.transform.Sequential(fusion_passes(target, conv_layout))(mod)
+        return tvm.transform.Sequential(fusion_passes(target, conv_layout, winograd_mode))(mod)
+
+
+@functools.lru_cache(maxsize=64)
+def _product_workload(target_str: str, v_shape: tuple, u_shape: tuple) -> tvm.IRModule:
+    """The MetaSchedule workload of a Winograd product of these operand shapes, as compile
+    fuses it (a matmul alone in its function)."""
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    bb = relax.BlockBuilder()
+    v = relax.Var("v", relax.TensorType(v_shape, "float32"))
+    u = relax.Var("u", relax.TensorType(u_shape, "float32"))
+    with bb.function("main", [v, u]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.matmul(v, u))
+        bb.emit_func_output(out)
+    target = tvm.target.Target(target_str)
+    (task,) = ms.relax_integration.extract_tasks(fuse(bb.get(), target, winograd_mode="never"), target)
+    return task.dispatched[0]
+
+
+def _product_recorded(target: tvm.target.Target, v_shape: tuple, u_shape: tuple) -> bool:
+    """Whether the current MetaSchedule database has a record for that Winograd product."""
+    from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
+
+    database = ms.database.Database.current()
+    if database is None:
+        return False
+    workload = _product_workload(str(target), tuple(v_shape), tuple(u_shape))
+    return bool(database.has_workload(workload))
 
 
 def pipeline(
-    target: tvm.target.Target, *, schedule: bool = True, database=None, conv_layout: str = "NCHW"
+    target: tvm.target.Target, *, schedule: bool = True, database=None, conv_layout: str = "NCHW",
+    winograd_mode: str = "auto",
 ) -> tvm.transform.Pass:
     """The Relax pipeline ``compile`` runs: TVM's own passes for the target, with tvm_pool's
     legalization first and, right after fusion, the tuning records of ``database`` (a
@@ -336,7 +377,7 @@ def pipeline(
     backend = _backend(target)
     legalize = list(backend.legalize_passes(target))
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
-    passes = fusion_passes(target, conv_layout)
+    passes = fusion_passes(target, conv_layout, winograd_mode)
     if database is not None:
         # Tuned PrimFuncs get tirx.is_scheduled, so the dlight passes below leave them alone.
         with target:  # the pass reads the current target when it is made
@@ -368,6 +409,7 @@ def compile(  # pylint: disable=redefined-builtin
     shipped_logs: bool = True,
     tir_pipeline="default",
     conv_layout: str = "auto",
+    winograd: str = "auto",
 ) -> tvm.runtime.Executable:
     """Compile a Relax module with tvm_pool's lowering; returns what ``tvm.compile`` returns.
 
@@ -383,6 +425,9 @@ def compile(  # pylint: disable=redefined-builtin
     (``schedules.tir_pipeline``: aarch64 adds the strided-load rewrite, schedules/strided_loads.py).
     ``conv_layout``: the 2-D convolutions' layout (:data:`CONV_LAYOUTS`); "auto" takes the one
     whose kernels the logs cover best, NCHW when they tie (:func:`choose_conv_layout`).
+    ``winograd``: which channel-last 3x3 stride-1 convolutions run as Winograd F(4x4, 3x3) on
+    x86 (:mod:`tvm_pool.winograd`): "auto", those whose batched product has a tuning record;
+    "always", every eligible one; "never".
     """
     target = resolve_target(target)
     database = None
@@ -399,6 +444,7 @@ def compile(  # pylint: disable=redefined-builtin
     return tvm.compile(
         mod,
         target=target,
-        relax_pipeline=pipeline(target, schedule=schedule, database=database, conv_layout=conv_layout),
+        relax_pipeline=pipeline(target, schedule=schedule, database=database, conv_layout=conv_layout,
+                                winograd_mode=winograd),
         tir_pipeline=tir_pipeline,
     )

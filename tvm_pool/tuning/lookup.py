@@ -43,6 +43,7 @@ class Coverage:
     flops: float  # the model's floating-point operations, pooling included
     untuned_flops: float
     pooling: int
+    transforms: int = 0  # Winograd's input and output transforms: tvm_pool's schedules too
     elsewhere: int = 0  # kernels whose record was measured on another CPU model than the target's
     elsewhere_cpus: tuple = ()  # those CPU models
     cpu: str = ""  # the target's CPU model (its mcpu)
@@ -60,7 +61,9 @@ class Coverage:
 
     def line(self, model: str) -> str:
         """What ``compile``, ``run`` and ``inspect`` say: one line."""
-        pools = f"; its {self.pooling} pooling kernel(s) take tvm_pool's schedules" if self.pooling else ""
+        own = [f"{self.pooling} pooling kernel(s)"] * bool(self.pooling) + [
+            f"{self.transforms} Winograd transform(s)"] * bool(self.transforms)
+        pools = f"; its {' and '.join(own)} take tvm_pool's schedules" if own else ""
         elsewhere = ""
         if self.elsewhere:
             # Records measured on another CPU model replay there, but their times do not transfer
@@ -81,10 +84,14 @@ class Coverage:
 def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
     """The :class:`Coverage` of the Relax module ``mod`` compiled for ``target`` with the logs
     of ``dirs`` (and the shipped ones)."""
-    from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.analysis import estimate_tir_flops
 
+    from ..schedules import winograd as winograd_rule
+
+    # pylint: enable=import-outside-toplevel
     cpu = cpu_model(target)
-    kernels = untuned = pooling = elsewhere = 0
+    kernels = untuned = pooling = transforms = elsewhere = 0
     flops = untuned_flops = 0.0
     elsewhere_cpus: set = set()
     for task, record, _ in lowering.task_records(mod, target, dirs, shipped):
@@ -93,6 +100,9 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
         if is_pooling(task.dispatched[0]):
             pooling += 1
             continue
+        if winograd_rule.takes(task.dispatched[0]["main"]):
+            transforms += 1
+            continue
         kernels += 1
         if record is None:
             untuned += 1
@@ -100,4 +110,5 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
         elif cpu and (measured_on := cpu_model(record.target)) != cpu:
             elsewhere += 1
             elsewhere_cpus.add(measured_on or "an unnamed CPU")
-    return Coverage(kernels, untuned, flops, untuned_flops, pooling, elsewhere, tuple(sorted(elsewhere_cpus)), cpu)
+    return Coverage(kernels, untuned, flops, untuned_flops, pooling, transforms, elsewhere,
+                    tuple(sorted(elsewhere_cpus)), cpu)

@@ -129,12 +129,17 @@ def _tasks(mod, target, layout: str = "NCHW") -> tuple[list, list, list]:
     from tvm.s_tir import meta_schedule as ms
 
     from ..schedules import meta_schedule as ms_rules
+    from ..schedules import winograd as winograd_rule
 
     # pylint: enable=import-outside-toplevel
-    tasks = list(ms.relax_integration.extract_tasks(lowering.fuse(mod, target, layout), target))
+    # every eligible convolution as a Winograd product: the search measures them, compile
+    # takes the ones with records
+    tasks = list(ms.relax_integration.extract_tasks(lowering.fuse(mod, target, layout, "always"), target))
     pool_tasks, search_tasks = [], []
     for task in tasks:
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
+            continue
+        if winograd_rule.takes(task.dispatched[0]["main"]):  # the transforms: hand-scheduled, not searched
             continue
         cands = ms_rules.pool_candidates(task.dispatched[0], target)  # [] when the function has no pool
         if cands:
