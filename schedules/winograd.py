@@ -23,7 +23,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.target import Target
 
-ATTR = "tvm_pool.winograd"
+from ..winograd import ATTR, TILE_ATTR
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,12 @@ class Config:
     lanes: int = 16
 
 
-def takes(func: tirx.PrimFunc) -> bool:
-    """Whether ``func`` holds a Winograd transform (this rule's, not MetaSchedule's search)."""
+def takes(node) -> bool:
+    """Whether ``node`` (a PrimFunc or a tuning workload's module) holds a Winograd transform
+    (this rule's, not MetaSchedule's search)."""
     found = []
-    tvm_ffi.structural_walk(func.body, [(s_tir.SBlock, lambda block: found.append(
-        ATTR in block.annotations))], order="post")
+    tvm_ffi.structural_walk(node, [(s_tir.SBlock, lambda block: found.append(ATTR in block.annotations))],
+                            order="post")
     return any(found)
 
 
@@ -90,7 +91,7 @@ def _schedule_input(sch, block, config: Config):
 
 
 def _schedule_output(sch, block, config: Config):
-    tile = int(sch.get(block).annotations["tvm_pool.winograd_tile"])
+    tile = int(sch.get(block).annotations[TILE_ATTR])
     batch, row, col, channel = sch.get_loops(block)
     row_tile, row_in = sch.split(row, [None, tile])
     col_tile, col_in = sch.split(col, [None, tile])

@@ -254,7 +254,7 @@ def _covered(mod, target, dirs, shipped, layout) -> tuple[float, float]:
     cpu = cpu_model(target)
     total = here = anywhere = 0.0
     for task, record, _ in task_records(mod, target, dirs, shipped, layout):
-        if is_pooling(task.dispatched[0]) or winograd_rule.takes(task.dispatched[0]["main"]):
+        if is_pooling(task.dispatched[0]) or winograd_rule.takes(task.dispatched[0]):
             continue  # tvm_pool's own schedules
         flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         total += flops

@@ -40,8 +40,9 @@ MIN_OUTPUT_PIXELS = 14 * 14
 _OPAQUE, _OUT_ELEMWISE_FUSABLE = 8, 4
 
 # The blocks' annotation: "input" / "output", their first stages "input_rows" / "output_rows"
-# (schedules/winograd.py).
+# (schedules/winograd.py); the output's also says its tile side.
 ATTR = "tvm_pool.winograd"
+TILE_ATTR = "tvm_pool.winograd_tile"
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,7 +132,7 @@ def output_transform(m: te.Tensor, batch: int, out_h: int, out_w: int) -> te.Ten
                                   for j in range(TILE)])
 
     return te.compute((batch, out_h, out_w, filters), compute, name="winograd_output",
-                      attrs={ATTR: "output", "tvm_pool.winograd_tile": TILE})
+                      attrs={ATTR: "output", TILE_ATTR: TILE})
 
 
 def eligible(call: relax.Call, weight) -> bool:

@@ -100,7 +100,7 @@ def coverage(mod, target, dirs=None, *, shipped: bool = True) -> Coverage:
         if is_pooling(task.dispatched[0]):
             pooling += 1
             continue
-        if winograd_rule.takes(task.dispatched[0]["main"]):
+        if winograd_rule.takes(task.dispatched[0]):
             transforms += 1
             continue
         kernels += 1

@@ -139,7 +139,7 @@ def _tasks(mod, target, layout: str = "NCHW") -> tuple[list, list, list]:
     for task in tasks:
         if task.mod.attrs is not None and task.mod.attrs.get("tirx.is_scheduled", False):
             continue
-        if winograd_rule.takes(task.dispatched[0]["main"]):  # the transforms: hand-scheduled, not searched
+        if winograd_rule.takes(task.dispatched[0]):  # the transforms: hand-scheduled, not searched
             continue
         cands = ms_rules.pool_candidates(task.dispatched[0], target)  # [] when the function has no pool
         if cands:
