@@ -14,6 +14,11 @@ One dlight-style rule per target family, its settings as data:
 - :mod:`.arm`   aarch64: 128-bit NEON, native fp16 with +fullfp16, FMAX / -0.0 rewrites, its knobs
 - :mod:`.cuda`  NVIDIA GPUs (verified without a GPU, see its docstring)
 
+Two x86 rules schedule kernels that are not pools, and stay out of the pooling records' rules
+stamp (``tuning.logs.rules_stamp``): :mod:`.winograd` (the Winograd transforms of
+``tvm_pool.winograd``) and :mod:`.injective` (elementwise kernels without a tuning record).
+``lowering.schedule_passes`` runs them before and after the pooling rule.
+
 Every rule has the same face: ``config(target)`` (a frozen dataclass of facts and thresholds),
 ``knobs()`` (the tuning design space: ``(label, config overrides)``, hand-written first),
 ``schedule(base_schedule, config)`` (the one path: ``compile``, tuning candidates and the

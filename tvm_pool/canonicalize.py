@@ -32,6 +32,20 @@ them (ResNet-50 in NHWC: 113 builds, most of its fusion time); NumPy's float32 a
 each operation as that kernel does (IEEE add, multiply, divide and square root), and transposes
 and reshapes move bits, so the constants are the same.
 
+Clips as Relax's maximum and minimum (:func:`lift_clips`): a ReLU6 or a hard swish is
+``relax.clip`` on the ``torch.export`` road, and TVM's ONNX Clip converter writes it as a
+``call_tir`` of TOPI's maximum and minimum kernels. Relax's ``ConvertLayout`` knows neither, so
+with channel-last convolutions (``lowering.CONV_LAYOUTS``) each clip was wrapped in two
+transposes back to NCHW and fused with them instead of into its convolution (MobileNetV2, Intel
+Emerald Rapids, 2 threads: three such kernels took 2.4 ms of 10.4). Both become the Relax ops
+``minimum(maximum(x, lo), hi)``, which Relax legalizes to the same TOPI kernels as the ONNX
+converter's, so the two roads give the same kernels too. ``relax.clip`` is TOPI's ``max(min(x,
+hi), lo)``: the same value for every input but NaN, which TVM's max and min drop (a NaN input
+now gives ``lo`` instead of ``hi``; PyTorch and onnxruntime give NaN: docs/conformance.md). The
+ONNX converter's NaN-safe bounds of constants are folded to the constants, as torch.export's
+are. ``lowering`` runs it only before a channel-last ``ConvertLayout``: NCHW graphs keep the
+kernels the shipped NCHW records were tuned on.
+
 Inference dropouts dropped (:func:`drop_dropout`): ``torch.export`` keeps an eval-mode
 ``nn.Dropout`` as ``relax.nn.dropout``, a no-op at inference (TVM legalizes it to a copy and
 an all-ones mask), where the ONNX exporters drop it. Its first output is replaced by its input,
@@ -43,11 +57,12 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-__all__ = ["constants_last", "drop_dropout", "fold_batch_norm", "fold_constants"]
+__all__ = ["constants_last", "drop_dropout", "fold_batch_norm", "fold_constants", "lift_clips"]
 
 
 def _pattern():
@@ -225,3 +240,80 @@ def drop_dropout() -> tvm.transform.Pass:
     """The pass that replaces each inference dropout's output by its input (see the module
     docstring); a dropout whose mask is used stays."""
     return _mutator_pass("tvm_pool.drop_dropout", _DropoutRemover)
+
+
+# TOPI's elementwise kernels TVM's ONNX Clip converter emits (te.create_prim_func names the block
+# after the compute: T_maximum, T_minimum) and the Relax op each legalizes from
+_CLIP_KERNELS = {"T_maximum": (tvm.tirx.Max, relax.op.maximum), "T_minimum": (tvm.tirx.Min, relax.op.minimum)}
+
+
+def _clip_kernel(func):
+    """The Relax op a ``call_tir`` of ``func`` is, when ``func`` is TOPI's maximum or minimum of
+    its two inputs (in that order), else None."""
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    blocks = []
+    tvm_ffi.structural_walk(func.body, [(tvm.s_tir.SBlock, blocks.append)], order="post")
+    blocks = [b for b in blocks if b.name_hint != "root"]
+    if len(blocks) != 1 or blocks[0].name_hint not in _CLIP_KERNELS:
+        return None
+    node, op = _CLIP_KERNELS[blocks[0].name_hint]
+    value = getattr(blocks[0].body, "value", None)
+    if not isinstance(value, node):
+        return None
+    loaded = [getattr(v, "source", None) for v in (value.a, value.b)]  # a load's tensor (a param)
+    if not all(t is not None and t.same_as(p) for t, p in zip(loaded, func.params[:2])):
+        return None
+    return op
+
+
+@mutator
+class _ClipLifter(PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod_ = mod
+
+    def visit_call_(self, op):  # pylint: disable=arguments-renamed
+        call = self.visit_expr_post_order(op)
+        if call.op.same_as(tvm.ir.Op.get("relax.clip")):
+            return _clip_as_ops(call)
+        if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")) or not isinstance(call.args[1], relax.Tuple):
+            return call
+        gv, args = call.args[0], list(call.args[1].fields)
+        lifted = _clip_kernel(self.mod_[gv]) if gv in self.mod_.get_global_vars() and len(args) == 2 else None
+        if lifted is None or not tvm_ffi.structural_equal(call.ty, args[0].ty):
+            return call  # another kernel, or one that broadcasts its first input
+        return lifted(args[0], self._bound(args[1]))
+
+    def _bound(self, bound):
+        """The ONNX converter's NaN-safe bound ``where(isnan(c), -inf or inf, c)`` of a constant
+        ``c`` as the constant it is (a clip of constants then fuses as torch.export's does:
+        constants in its kernel, not arguments); any other bound as it is."""
+        value = self.lookup_binding(bound) if isinstance(bound, relax.Var) else bound
+        if not (isinstance(value, relax.Call) and value.op.same_as(tvm.ir.Op.get("relax.where"))):
+            return bound
+        cond, replacement, kept = value.args
+        cond = self.lookup_binding(cond) if isinstance(cond, relax.Var) else cond
+        isnan = isinstance(cond, relax.Call) and cond.op.same_as(tvm.ir.Op.get("relax.isnan"))
+        tested = cond.args[0] if isnan else None
+        constants = [e if isinstance(e, tvm.ir.expr.GenericConst) else None for e in (tested, replacement, kept)]
+        if any(c is None for c in constants) or not tested.same_as(kept) or constants[0].value.numpy().ndim:
+            return bound
+        r, c = (k.value.numpy() for k in constants[1:])
+        return relax.const(np.where(np.isnan(c), r, c).astype(c.dtype), str(c.dtype))
+
+
+def _clip_as_ops(call):
+    """``relax.clip(x, lo, hi)`` (constant bounds) as ``minimum(maximum(x, lo), hi)``, the ONNX
+    converter's order; a clip of another dtype or bound stays."""
+    x, lo, hi = call.args
+    dtype = str(x.ty.dtype) if isinstance(x.ty, relax.TensorType) else ""
+    if not dtype.startswith("float") or not all(isinstance(b, (tvm.tirx.IntImm, tvm.tirx.FloatImm)) for b in (lo, hi)):
+        return call
+    lo, hi = (relax.const(float(b.value), dtype) for b in (lo, hi))
+    return relax.op.minimum(relax.op.maximum(x, lo), hi)
+
+
+def lift_clips() -> tvm.transform.Pass:
+    """The pass that writes each clip as Relax's maximum and minimum (see the module docstring)."""
+    return _mutator_pass("tvm_pool.lift_clips", _ClipLifter)

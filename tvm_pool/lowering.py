@@ -17,7 +17,8 @@ from tvm import relax
 from tvm.ir import Op
 
 from . import adaptive_legalize, compute, vector_exp, winograd
-from .canonicalize import constants_last, drop_dropout, fold_batch_norm, fold_constants
+from .canonicalize import constants_last, drop_dropout, fold_batch_norm, fold_constants, lift_clips
+from .channel_last import channel_last_fixups
 from .compute import forms
 from .legalize_layouts import emit_in_layout, pool_layouts
 from .targets import is_x86, resolve_target
@@ -93,11 +94,14 @@ def _within(legalize, contexts):
 def schedule_passes(target: tvm.target.Target) -> list:
     """Passes that attach tvm_pool's schedules (and shipped tuning records) for ``target``."""
     from .schedules import schedule_pass  # pylint: disable=import-outside-toplevel
-    from .schedules import winograd as winograd_rule  # pylint: disable=import-outside-toplevel
+    from .schedules import injective, winograd as winograd_rule  # pylint: disable=import-outside-toplevel
 
-    # the Winograd transforms first (tvm_pool.winograd rewrites convolutions on x86 only)
-    transforms = [tvm.s_tir.dlight.ApplyDefaultSchedule(winograd_rule.Transforms())] if is_x86(target) else []
-    return transforms + [schedule_pass(target)]
+    if not is_x86(target):
+        return [schedule_pass(target)]
+    # the Winograd transforms first (tvm_pool.winograd rewrites convolutions on x86 only), the
+    # pools, then the untuned elementwise kernels TVM's CPU pipeline leaves serial
+    return [tvm.s_tir.dlight.ApplyDefaultSchedule(winograd_rule.Transforms()), schedule_pass(target),
+            tvm.s_tir.dlight.ApplyDefaultSchedule(injective.Elementwise())]
 
 
 # TVM 0.27's UnrollLoop pass decides whether to unroll a loop from ``extent * steps`` computed
@@ -210,8 +214,8 @@ def converts_layout(mod: tvm.IRModule, conv_layout: str) -> bool:
 def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: str = "NCHW") -> str:
     """The layout ``compile`` gives the 2-D convolutions of the Relax module ``mod``
     (:data:`CONV_LAYOUTS`): on x86, the one whose kernels (by FLOPs) the tuning logs of ``dirs``
-    (and the shipped ones) cover more, counting the records measured on this CPU model first,
-    then those measured on any; ``prefer`` when they tie (compile: the model's own NCHW, so an
+    (and the shipped ones) cover more: by the records of any CPU model first (to 1% of the
+    FLOPs), then by those measured on this one; ``prefer`` when they tie (compile: the model's own NCHW, so an
     untuned model builds as before; tune, starting a log: NHWC, which tunes better). On other
     targets, for a model without 2-D convolutions and one ConvertLayout fails on, NCHW."""
     from .tuning.logs import log_stamp  # pylint: disable=import-outside-toplevel
@@ -230,8 +234,11 @@ def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: 
     else:
         scores = {}
         for candidate in (prefer, *(l for l in CONV_LAYOUTS if l != prefer)):
-            scores[candidate] = _covered(mod, target, dirs, shipped, candidate)
-            if scores[candidate][0] == 1.0:  # this CPU's records cover it all: no other layout does better
+            here, anywhere = _covered(mod, target, dirs, shipped, candidate)
+            # untuned kernels run 10-50x slower, so coverage by any CPU's records comes first (to
+            # 1%: a tiny untuned kernel does not outweigh this CPU's own records), then this CPU's
+            scores[candidate] = (round(anywhere, 2), here)
+            if here == 1.0:  # this CPU's records cover it all: no other layout does better
                 break
         layout = max(scores, key=scores.get)  # the first of equals: ``prefer``
     _CHOSEN[:] = [(mod, key, layout), *_CHOSEN[:3]]
@@ -322,7 +329,8 @@ def _canonical_passes(conv_layout: str) -> list:
     layout."""
     passes = [drop_dropout(), fold_batch_norm(), constants_last()]
     if CONV_LAYOUTS[conv_layout] is not None:
-        passes.append(_convert_layout(conv_layout))
+        # clips as ops ConvertLayout carries; NCHW keeps the kernels its shipped records tuned
+        passes += [lift_clips(), _convert_layout(conv_layout), channel_last_fixups()]
     return passes
 
 

@@ -52,8 +52,9 @@ SHIPPED_POOLING_RECORDS = True
 
 
 # Schedules of kernels no pooling record replays (the Winograd transforms of
-# tvm_pool.winograd): changing them leaves the shipped pooling records valid.
-_NOT_POOLING_RULES = ("winograd.py",)
+# tvm_pool.winograd, untuned elementwise kernels): changing them leaves the shipped pooling
+# records valid.
+_NOT_POOLING_RULES = ("injective.py", "winograd.py")
 
 
 @functools.lru_cache(maxsize=None)
