@@ -204,24 +204,27 @@ class _ConstantFolder(PyExprMutator):
         return call if folded is None else relax.const(folded, str(data.ty.dtype))
 
 
-def _mutator_pass(name: str, mutator_class) -> tvm.transform.Pass:
-    """A function pass running ``mutator_class`` over every Relax function that is not a fused
-    one, then dropping the bindings it left unused."""
+def mutator_pass(name: str, mutator_class) -> tvm.transform.Pass:
+    """A module pass running ``mutator_class`` (a ``PyExprMutator`` made with the module) over
+    every Relax function that is not a fused one, then dropping the bindings it left unused. The
+    PrimFuncs the mutator adds through its builder (``call_te``: ``channel_last``'s pools) join
+    the module."""
 
-    @relax.transform.function_pass(opt_level=0, name=name)
-    class _Pass:  # pylint: disable=too-few-public-methods
-        def transform_function(self, func, mod, _ctx):
-            if _is_primitive(func):
-                return func
-            return relax.analysis.remove_all_unused(mutator_class(mod).visit_expr(func))
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod, _ctx):
+        mutator = mutator_class(mod)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function) and not _is_primitive(func):
+                mutator.builder_.update_func(gv, relax.analysis.remove_all_unused(mutator.visit_expr(func)))
+        return mutator.builder_.get()
 
-    return _Pass()
+    return _pass
 
 
 def fold_constants() -> tvm.transform.Pass:
     """The pass that computes layout ops on constants and float32 arithmetic on constants in
     NumPy (see the module docstring), in every Relax function of a module."""
-    return _mutator_pass("tvm_pool.fold_constants", _ConstantFolder)
+    return mutator_pass("tvm_pool.fold_constants", _ConstantFolder)
 
 
 @mutator
@@ -239,7 +242,7 @@ class _DropoutRemover(PyExprMutator):
 def drop_dropout() -> tvm.transform.Pass:
     """The pass that replaces each inference dropout's output by its input (see the module
     docstring); a dropout whose mask is used stays."""
-    return _mutator_pass("tvm_pool.drop_dropout", _DropoutRemover)
+    return mutator_pass("tvm_pool.drop_dropout", _DropoutRemover)
 
 
 # TOPI's elementwise kernels TVM's ONNX Clip converter emits (te.create_prim_func names the block
@@ -316,4 +319,4 @@ def _clip_as_ops(call):
 
 def lift_clips() -> tvm.transform.Pass:
     """The pass that writes each clip as Relax's maximum and minimum (see the module docstring)."""
-    return _mutator_pass("tvm_pool.lift_clips", _ClipLifter)
+    return mutator_pass("tvm_pool.lift_clips", _ClipLifter)

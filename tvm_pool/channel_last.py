@@ -33,6 +33,7 @@ from tvm.ir import Op
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from . import compute
+from .canonicalize import mutator_pass
 
 # The global pools tvm_pool's ONNX converters emit; TVM may suffix the name with a number.
 _GLOBAL_POOL = re.compile(r"tvm_pool_global_(avg|max)_pool\d*$")
@@ -164,13 +165,4 @@ class _ChannelLastFixups(PyExprMutator):
 
 def channel_last_fixups() -> tvm.transform.Pass:
     """The module pass of the module docstring."""
-
-    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.channel_last_fixups")
-    def _pass(mod, _ctx):
-        mutator = _ChannelLastFixups(mod)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function) and not (func.attrs and "Primitive" in func.attrs):
-                mutator.builder_.update_func(gv, relax.analysis.remove_all_unused(mutator.visit_expr(func)))
-        return mutator.builder_.get()
-
-    return _pass
+    return mutator_pass("tvm_pool.channel_last_fixups", _ChannelLastFixups)
