@@ -15,7 +15,11 @@ version: 8x480x14x14 3x3 s1 p1 max 0.32 -> 0.25 ms, 1x480x14x14 0.045 -> 0.035 m
 
 It runs after TVM's TIR pipeline and before its host finalization (where LowerTVMBuiltin is),
 chosen per target by ``tvm_pool.schedules.tir_pipeline`` for CPU families whose
-``stack_buffer_bytes`` is set (:class:`.cpu_config.CpuConfig`).
+``stack_buffer_bytes`` is set (:class:`.cpu_config.CpuConfig`). It leaves alone the kernels a
+non-pooling tuning record scheduled (:mod:`.pipelines`, ``AS_MEASURED``): their records were
+measured with TVM's workspace buffers, and on the stack LLVM may split a tuned convolution's
+accumulator tile into registers and spill them (MobileNetV3-Large's 1x1 convolution, 0.084 ms as
+measured, took 0.46-0.53 ms).
 """
 
 from __future__ import annotations

@@ -255,14 +255,18 @@ def _covered(mod, target, dirs, shipped, layout) -> tuple[float, float]:
     when ``mod``'s convolutions are in ``layout``."""
     from tvm.s_tir.analysis import estimate_tir_flops  # pylint: disable=import-outside-toplevel
 
-    from .schedules import winograd as winograd_rule  # pylint: disable=import-outside-toplevel
+    from .schedules import injective, winograd as winograd_rule  # pylint: disable=import-outside-toplevel
     from .tuning.logs import cpu_model, is_pooling  # pylint: disable=import-outside-toplevel
 
     cpu = cpu_model(target)
     total = here = anywhere = 0.0
+    elementwise = injective.Elementwise()
     for task, record, _ in task_records(mod, target, dirs, shipped, layout):
+        func = task.dispatched[0]["main"]
         if is_pooling(task.dispatched[0]) or winograd_rule.takes(task.dispatched[0]):
             continue  # tvm_pool's own schedules
+        if record is None and elementwise.apply(func, target, False) is not None:
+            continue  # an untuned elementwise kernel: tvm_pool's schedule (DenseNet's batch norms after a concat)
         flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         total += flops
         if record is not None:
@@ -387,9 +391,7 @@ def pipeline(
     first_default = next((i for i, p in enumerate(legalize) if _is_default_schedule(p)), len(legalize))
     passes = fusion_passes(target, conv_layout, winograd_mode)
     if database is not None:
-        # Tuned PrimFuncs get tirx.is_scheduled, so the dlight passes below leave them alone.
-        with target:  # the pass reads the current target when it is made
-            passes.append(relax.transform.MetaScheduleApplyDatabase(enable_warning=False))
+        passes.append(_apply_records(target))
     if schedule:
         passes += schedule_passes(target)
     passes += legalize[first_default:]
@@ -406,6 +408,33 @@ def pipeline(
             return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline
+
+
+def _apply_records(target: tvm.target.Target) -> tvm.transform.Pass:
+    """MetaSchedule's ApplyDatabase (the current database's records): tuned PrimFuncs get
+    ``tirx.is_scheduled``, so the schedule passes after it leave them alone, and those that are
+    not pools get ``AS_MEASURED``, so tvm_pool's TIR lowering passes leave them as their records
+    were measured (:mod:`tvm_pool.schedules.pipelines`)."""
+    from .schedules import analysis  # pylint: disable=import-outside-toplevel
+    from .schedules.pipelines import AS_MEASURED  # pylint: disable=import-outside-toplevel
+
+    with target:  # the pass reads the current target when it is made
+        apply = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)
+
+    def scheduled(func) -> bool:
+        return isinstance(func, tvm.tirx.PrimFunc) and bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_pool.ApplyRecords")
+    def _apply(mod, _ctx):
+        before = {gv.name_hint for gv, func in mod.functions_items() if scheduled(func)}
+        mod = apply(mod)
+        updates = {gv: func.with_attr(AS_MEASURED, True) for gv, func in mod.functions_items()
+                   if scheduled(func) and gv.name_hint not in before and not analysis.has_pool_blocks(func)}
+        if updates:
+            mod = tvm.IRModule({**dict(mod.functions_items()), **updates}, attrs=mod.attrs)
+        return mod
+
+    return _apply
 
 
 def compile(  # pylint: disable=redefined-builtin

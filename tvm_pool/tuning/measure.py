@@ -43,8 +43,11 @@ def remove_artifact(path: str) -> None:
 def build_candidate(item, fcompile):
     """Build one candidate (a BuilderInput) in this process: its BuilderResult. Every candidate
     gets the target family's rewrites of a scheduled pooling function first
-    (``schedules.finish_pass``), as ``compile`` gives them to a tuned one, so what is measured
-    is what is built. Safe to call from several threads (TVM's FFI releases the GIL)."""
+    (``schedules.finish_pass``), as ``compile`` gives them to a tuned one, and is lowered as
+    ``compile`` lowers its kernel: a pooling function through the family's TIR pipeline
+    (``schedules.tir_pipeline``), any other through TVM's default one (``compile`` builds a
+    tuned kernel that is not a pool ``AS_MEASURED``), so what is measured is what is built.
+    Safe to call from several threads (TVM's FFI releases the GIL)."""
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.builder import BuilderResult
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -56,7 +59,8 @@ def build_candidate(item, fcompile):
         # (54-180 s on this loaded machine; float schedules use no tensor intrinsics)
         mod = schedules.finish_pass(item.target, scheduled_only=False)(item.mod)
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        rt_mod = tvm.tirx.build(mod, target=item.target)
+        pipeline = schedules.tir_pipeline(item.target) if schedules.analysis.has_pool_blocks(mod) else "default"
+        rt_mod = tvm.tirx.build(mod, target=item.target, pipeline=pipeline)
         return BuilderResult(_export_so(rt_mod, fcompile), None)
     except (OSError, *TVM_ERRORS) as err:  # the candidate is measured as failed
         logger.debug("candidate not built: %s", err)
