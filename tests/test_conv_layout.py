@@ -259,3 +259,38 @@ def test_any_cpus_coverage_comes_before_this_cpus(monkeypatch, covered, want):
     monkeypatch.setattr(lowering, "_covered", lambda mod, target, dirs, shipped, layout: covered[layout])
     monkeypatch.setattr(lowering, "_CHOSEN", [])
     assert conv_layout(tvm_pool.from_onnx(_model()), "x86") == want
+
+
+def test_coverage_leaves_out_untuned_elementwise_kernels(monkeypatch):
+    """A kernel tvm_pool's elementwise rule schedules (a concat and a scale, as DenseNet's batch
+    norms after a concat on the torch.export road) does not count against a layout whose
+    convolutions all have records; a convolution without one does."""
+    host = resolve_target("host")
+    if not lowering.is_x86(host):
+        pytest.skip("the layout choice and the elementwise rule are x86's")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 8, 8), "float32"))
+    rng = np.random.default_rng(5)
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            convs = [bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((4, 4, 3, 3)).astype("float32")),
+                                                padding=1)) for _ in range(2)]
+            cat = bb.emit(relax.op.concat(convs, axis=1))
+            out = bb.emit_output(relax.op.multiply(cat, relax.const(rng.standard_normal((1, 8, 1, 1)).astype("float32"))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    tasks = ms.relax_integration.extract_tasks(lowering.fuse(mod, host, "NHWC"), host)
+    names = [t.task_name for t in tasks]
+    assert any("conv2d" in n for n in names) and any("concatenate" in n for n in names), names
+
+    def records(with_conv: bool):
+        def task_records(*_args, **_kwargs):
+            for task in tasks:
+                tuned = "conv2d" in task.task_name and with_conv
+                yield task, (type("Record", (), {"target": host})() if tuned else None), "log"
+        return task_records
+
+    monkeypatch.setattr(lowering, "task_records", records(True))
+    assert lowering._covered(mod, host, None, False, "NHWC") == (1.0, 1.0)  # pylint: disable=protected-access
+    monkeypatch.setattr(lowering, "task_records", records(False))
+    assert lowering._covered(mod, host, None, False, "NHWC") == (0.0, 0.0)  # pylint: disable=protected-access
