@@ -43,7 +43,7 @@ def prepare_pass(target: tvm.target.Target) -> tvm.transform.Pass:
     it is scheduled (aarch64: the NaN-propagating max as FMAX, a global average as one
     reduction). ``lowering.fusion_passes`` ends with it, so tuning tasks (their workloads), the
     tuning-log lookup and the hand-written schedules all see the same function."""
-    return _function_pass(target, "prepare", lambda func: analysis.has_pool_units(func) and not _scheduled(func))
+    return _function_pass(target, "prepare", lambda func: analysis.has_pool_units(func) and not scheduled(func))
 
 
 def finish_pass(target: tvm.target.Target, scheduled_only: bool = True) -> tvm.transform.Pass:
@@ -53,10 +53,11 @@ def finish_pass(target: tvm.target.Target, scheduled_only: bool = True) -> tvm.t
     functions are those marked ``tirx.is_scheduled``; a tuning candidate carries no mark, so the
     builder, all of whose functions are scheduled, passes ``scheduled_only=False``."""
     return _function_pass(target, "finish",
-                          lambda func: (_scheduled(func) or not scheduled_only) and analysis.has_pool_blocks(func))
+                          lambda func: (scheduled(func) or not scheduled_only) and analysis.has_pool_blocks(func))
 
 
-def _scheduled(func) -> bool:
+def scheduled(func) -> bool:
+    """Whether the PrimFunc ``func`` is marked ``tirx.is_scheduled`` (by a rule or a tuning record)."""
     return bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
 
 
@@ -101,7 +102,7 @@ def _apply_rules(rules: list) -> tvm.transform.Pass:
     def _apply(mod, _ctx):
         updates = {}
         for gv, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or _scheduled(func):
+            if not isinstance(func, tvm.tirx.PrimFunc) or scheduled(func):
                 continue
             if analysis.computes_nothing(func) and analysis.has_pool_units(func):  # the cheap walk first
                 # an empty output (a batch of 0): no loop to schedule, no kernel to launch

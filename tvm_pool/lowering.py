@@ -262,10 +262,9 @@ def _covered(mod, target, dirs, shipped, layout) -> tuple[float, float]:
     total = here = anywhere = 0.0
     elementwise = injective.Elementwise()
     for task, record, _ in task_records(mod, target, dirs, shipped, layout):
-        func = task.dispatched[0]["main"]
         if is_pooling(task.dispatched[0]) or winograd_rule.takes(task.dispatched[0]):
             continue  # tvm_pool's own schedules
-        if record is None and elementwise.apply(func, target, False) is not None:
+        if record is None and elementwise.apply(task.dispatched[0]["main"], target, False) is not None:
             continue  # an untuned elementwise kernel: tvm_pool's schedule (DenseNet's batch norms after a concat)
         flops = float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
         total += flops
@@ -416,13 +415,14 @@ def _apply_records(target: tvm.target.Target) -> tvm.transform.Pass:
     not pools get ``AS_MEASURED``, so tvm_pool's TIR lowering passes leave them as their records
     were measured (:mod:`tvm_pool.schedules.pipelines`)."""
     from .schedules import analysis  # pylint: disable=import-outside-toplevel
+    from .schedules import scheduled as marked  # pylint: disable=import-outside-toplevel
     from .schedules.pipelines import AS_MEASURED  # pylint: disable=import-outside-toplevel
 
     with target:  # the pass reads the current target when it is made
         apply = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)
 
     def scheduled(func) -> bool:
-        return isinstance(func, tvm.tirx.PrimFunc) and bool(func.attrs is not None and func.attrs.get("tirx.is_scheduled", False))
+        return isinstance(func, tvm.tirx.PrimFunc) and marked(func)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_pool.ApplyRecords")
     def _apply(mod, _ctx):
