@@ -110,6 +110,9 @@ def _summary_lines(res: dict) -> list[str]:
         lines.append(f"- torch road (torch.export; no ONNX peers): {name}: {reason}")
     for name, reason in res.get("skipped", []):
         lines.append(f"- not timed: {name}: {reason}")
+    for r in res["rows"]:
+        if r.get("rerun"):  # a case timed again in a run of its own (every peer in it), e.g. after a stall
+            lines.append(f"- timed again in a run of its own: {r['workload']}: {r['rerun']}")
     return lines
 
 

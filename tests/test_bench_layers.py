@@ -271,6 +271,16 @@ def test_report_sorts_and_counts():
     assert footnote.startswith("n/a [") and f"{footnote[4:]} import: no" in md
     assert "batch 1 **1.00x**" in md and "cases: **1** below 1.0x, **3** below 1.2x (of 5)" in md
     assert "layers with a case below: 1 below 1.0x, 2 below 1.2x (of 3)" in md
+    assert "timed again" not in md
+
+
+def test_report_names_a_case_timed_again():
+    rows = [_row("a", 1, 2.0), dict(_row("b", 1, 3.0), rerun="the full run's turns stalled")]
+    res = {"threads": 2, "repeat": 30, "rounds": 5, "machine": {}, "rows": rows, "summary": layers_report.summary(rows),
+           "layers": 2, "skipped": [], "traced": {}}
+    md = layers_report.to_markdown([res])
+    assert "- timed again in a run of its own: b_b1: the full run's turns stalled" in md.splitlines()
+    assert md.count("timed again") == 1
 
 
 def test_main_with_layers_runs_the_children_and_writes_the_layers_report(monkeypatch, tmp_path):
