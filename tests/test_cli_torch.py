@@ -163,6 +163,7 @@ def test_tune_needs_static_shapes(saved, capsys):
     assert not (saved.root / "never").exists()
 
 
+@pytest.mark.slow  # ~14 s; the ONNX road's tune-then-compile runs in the default suite (test_tuning.py)
 def test_tune_then_compile_with_the_log(saved, tmp_path, capsys):
     """--trials 0: the pooling tasks are searched exhaustively, nothing else is measured."""
     log = tmp_path / "log"

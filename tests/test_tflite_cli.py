@@ -134,6 +134,7 @@ def test_without_tflite_a_tflite_file_is_a_one_line_error(saved):
     assert result.stderr.splitlines() == [f"tvm-pool: error: reading {saved.tflite} {TFLITE_MISSING}"] * 4
 
 
+@pytest.mark.slow  # ~18 s; the ONNX road's tune-then-compile runs in the default suite (test_tuning.py)
 def test_tune_then_compile_with_the_log_matches_litert(saved, tmp_path, capsys):
     """`tune model.tflite` (--trials 0: the pooling tasks searched exhaustively, nothing else
     measured) writes a log that `compile --tuning-log` applies; the tuned module still matches

@@ -51,6 +51,7 @@ def test_workers_unpinned_by_default():
     assert all(t == res["process"] for t in res["threads"]), res
 
 
+@pytest.mark.slow  # ~11 s: TVM's own pinning when asked for; the default's unpinning is checked above
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="TVM pins workers only with 2+ cores")
 def test_user_setting_kept():
     res = _run_child("1")
