@@ -33,10 +33,9 @@ Cost, in CPU seconds for a module of 50 graphs on this 2-core machine (wall time
 that while other jobs run): generating, running in torch, exporting and importing ~3.5, x86 ~9.5,
 aarch64 ~18 (~10 the host run, ~8 the aarch64 build), CUDA simulation ~12.5 (+4 for the real
 sm_80 lowering with -m slow). 300 graphs on all three targets would be ~4.5 CPU minutes, so the
-default suite checks 200 graphs (4 modules of 50) with each module on one target in turn: 100
-graphs on x86, 50 on aarch64 and 50 in CUDA's simulation (a sixth module, CUDA's second, took
-73 s of wall time in the suite on the 2-core Intel machine, which ran 15.5 minutes with it; the
-fifth, aarch64's second, about 27 s, left when the suite reached 16 minutes again). ``-m slow`` checks 3000 more (seeds
+default suite checks 250 graphs (5 modules of 50) with each module on one target in turn: 100
+graphs on x86 and on aarch64, 50 in CUDA's simulation (a sixth module, CUDA's second, took 73 s
+of wall time in the suite on the 2-core Intel machine, which ran 15.5 minutes with it). ``-m slow`` checks 3000 more (seeds
 100000-102999) on every target: ~48 CPU seconds a module, ~50 CPU minutes.
 
 A segfault or an LLVM abort inside TVM kills the process: pytest-xdist then reports the batch's
@@ -69,7 +68,7 @@ from helpers import x86_only
 from primfunc_check import check_module, check_pairs, lower_unscheduled, scheduled_prim_funcs
 
 GRAPHS_PER_MODEL = 50
-DEFAULT_MODELS = 4  # 200 graphs
+DEFAULT_MODELS = 5  # 250 graphs
 SLOW_MODELS = 60  # 3000 graphs
 TARGETS = ("x86", "aarch64", "cuda")
 TOLERANCE = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
