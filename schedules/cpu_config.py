@@ -139,6 +139,17 @@ class CpuConfig:  # pylint: disable=too-many-instance-attributes
     # half NEON register: 3x3 s3 max over 96x54x54, rows of 16 + 2 outputs: 5.10 -> 4.43
     # instructions per output; scalar, the 2 took as many instructions as the 16).
     min_rest_lanes: int = 2
+    # Rows of an overlapping pass computed together before the last pass reads them, where the
+    # last pass reads its rows at unit-stride shifted offsets (3x3 s1 windows); 1: row by row.
+    # Row by row, the last pass loads its vectors (one lane on, two lanes on) across the stores
+    # the pass made just before, which cannot be forwarded: each such load waits for those stores
+    # to reach the cache. Two rows at a time put a row of other work between them. x86 (znver4,
+    # 2 threads, interleaved, ms, 1 -> 2 rows): 3x3 s1 p1 average over 1x192x35x35 0.076 ->
+    # 0.039 (onnxruntime 0.072), 8x256x35x35 0.78 -> 0.37, 1x768x17x17 0.045 -> 0.037; 14x14,
+    # 28x28 and 56x56 planes unchanged (their rows hold more work between); 3 or more rows a
+    # tile: LLVM unrolled some of them into shuffles (56x56: 0.029 -> 0.11). Strided last passes
+    # (3x3 s2) keep 1: their gathers ran slower with 2 (1x64x112x112: 0.031 -> 0.063).
+    pass_row_tile: int = 1
     # Pieces of a padded row's middle (each its own loop after loop_partition). A 3x3 s2 row of
     # 112 is 7; longer rows keep the per-plane copy.
     max_padded_row_pieces: int = 16

@@ -79,8 +79,19 @@ def _place_passes(sch, chain, source_bytes, config: CpuConfig):
             at = row
         else:
             at = loop_of_axis[axis]
+            if at is row and row is not par and _rows_ahead(sch, chain, at, config):
+                at, row = sch.split(at, [None, config.pass_row_tile])
+                loop_of_axis[axis] = row
         sch.compute_at(chain.passes[j], at, preserve_unit_loops=True)
     return par, row
+
+
+def _rows_ahead(sch, chain, loop, config: CpuConfig) -> bool:
+    """Whether the output rows of ``loop`` are tiled by ``config.pass_row_tile``, the pass before
+    the last computed per tile (:attr:`.cpu_config.CpuConfig.pass_row_tile`): a last pass that
+    reads its rows at unit stride, and more rows than a tile."""
+    return (config.pass_row_tile > 1 and inner_read_stride(sch, chain.passes[-1]) == 1
+            and (analysis.loop_extent(sch, loop) or 0) > config.pass_row_tile)
 
 
 def _planes_parallel(sch, chain, source_bytes, config: CpuConfig):

@@ -214,6 +214,38 @@ def test_separable_schedule_choices():
     assert out_of_cache.count("T.vectorized") == 1  # over 16 MB: LLVM keeps the last pass
 
 
+def test_stride_one_passes_two_rows_at_a_time():
+    """A stride-1 chain's first pass is computed two output rows at a time (CpuConfig.pass_row_tile:
+    the last pass's shifted loads then never read the stores just made); a strided last pass,
+    the knob "passes: row by row", and aarch64 keep one row. Odd row counts stay exact."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    from tvm_pool import compute  # pylint: disable=import-outside-toplevel
+    from tvm_pool.schedules import arm  # pylint: disable=import-outside-toplevel
+
+    def scheduled(stride, config):
+        x = te.placeholder([1, 64, 35, 35], "float32", name="x")
+        y = compute.avg_pool(x, [3, 3], stride, None, [1, 1, 1, 1], count_include_pad=True)
+        sch = s_tir.Schedule(te.create_prim_func([x, y]))
+        cpu.schedule_function(sch, config)
+        return sch.mod["main"].script()
+
+    x86_config = x86.Pool().config(tvm.target.Target(AVX512))
+    assert x86_config.pass_row_tile == 2
+    tiled = scheduled([1, 1], x86_config)
+    assert "i2_0 in range(18)" in tiled and "T.where" in tiled  # 35 rows: 17 tiles of 2 and one of 1
+    assert "i2_0" not in scheduled([2, 2], x86_config)
+    row_by_row = dataclasses.replace(x86_config, **dict(x86.KNOBS)["passes: row by row"])
+    assert "i2_0" not in scheduled([1, 1], row_by_row)
+    aarch64 = arm.Pool().config(tvm.target.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}))
+    assert aarch64.pass_row_tile == 1
+    for shape in ([1, 64, 35, 35], [1, 8, 17, 17], [2, 3, 6, 9]):
+        _check(_module(shape, "float32", avg2d([3, 3], [1, 1], [1, 1, 1, 1], cip=True)), shape, "float32")
+        _check(_module(shape, "float32", max2d([3, 3], [1, 1], [1, 1, 1, 1], ceil=True)), shape, "float32", nan=True)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_separable_random(seed):
     """Random separable geometries (rank 2-3, dilations, ceil, pads) for max and average."""
