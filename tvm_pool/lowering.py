@@ -215,9 +215,11 @@ def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: 
     """The layout ``compile`` gives the 2-D convolutions of the Relax module ``mod``
     (:data:`CONV_LAYOUTS`): on x86, the one whose kernels (by FLOPs) the tuning logs of ``dirs``
     (and the shipped ones) cover more: by the records of any CPU model first (to 1% of the
-    FLOPs), then by those measured on this one; ``prefer`` when they tie (compile: the model's own NCHW, so an
-    untuned model builds as before; tune, starting a log: NHWC, which tunes better). On other
-    targets, for a model without 2-D convolutions and one ConvertLayout fails on, NCHW."""
+    FLOPs); between layouts covered alike, NHWC (:data:`RECORDED_LAYOUT_FIRST`), then the one
+    this CPU model's records cover more; ``prefer`` when nothing covers either (compile: the
+    model's own NCHW, so an untuned model builds as before; tune, starting a log: NHWC, which
+    tunes better). On other targets, for a model without 2-D convolutions and one
+    ConvertLayout fails on, NCHW."""
     from .tuning.logs import log_stamp  # pylint: disable=import-outside-toplevel
 
     target = resolve_target(target)
@@ -236,13 +238,25 @@ def choose_conv_layout(mod, target, dirs=None, *, shipped: bool = True, prefer: 
         for candidate in (prefer, *(l for l in CONV_LAYOUTS if l != prefer)):
             here, anywhere = _covered(mod, target, dirs, shipped, candidate)
             # untuned kernels run 10-50x slower, so coverage by any CPU's records comes first (to
-            # 1%: a tiny untuned kernel does not outweigh this CPU's own records), then this CPU's
-            scores[candidate] = (round(anywhere, 2), here)
-            if here == 1.0:  # this CPU's records cover it all: no other layout does better
+            # 1%: a tiny untuned kernel does not outweigh the other layout's records), then
+            # channel-last where both are covered, then this CPU's records
+            first = anywhere > 0 and candidate == RECORDED_LAYOUT_FIRST
+            scores[candidate] = (round(anywhere, 2), first, here)
+            if first and anywhere == 1.0:  # covered all over, in the layout that comes first
                 break
         layout = max(scores, key=scores.get)  # the first of equals: ``prefer``
     _CHOSEN[:] = [(mod, key, layout), *_CHOSEN[:3]]
     return layout
+
+
+# Between two layouts whose convolutions the logs cover alike, this one, whichever CPU model
+# measured its records: on the znver4, with NCHW records measured there (eighth session) and NHWC
+# records measured on an Intel Emerald Rapids (fourteenth to twentieth), the NHWC build was the
+# faster one on every model tried, ms at 2 threads, NCHW -> NHWC (onnxruntime): ResNet-18 25.5 ->
+# 13.8 (17.2), ResNet-50 59.5 -> 38.5 (39.6), Inception-v3 110 -> 58.6 (55.8), VGG-16 195 -> 95
+# (149), DenseNet-121 39.8 -> 31.7 (30.9), MobileNetV3-Large 7.0 -> 5.8 (4.5), EfficientNet-B0
+# 11.7 -> 11.75 (8.4). On the Intel machine its own NHWC records were already chosen.
+RECORDED_LAYOUT_FIRST = "NHWC"
 
 
 # The last few choices of choose_conv_layout: (module, its key, layout). A model's choice fuses it in
