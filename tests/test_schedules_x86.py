@@ -244,6 +244,10 @@ def test_stride_one_passes_two_rows_at_a_time():
     for shape in ([1, 64, 35, 35], [1, 8, 17, 17], [2, 3, 6, 9]):
         _check(_module(shape, "float32", avg2d([3, 3], [1, 1], [1, 1, 1, 1], cip=True)), shape, "float32")
         _check(_module(shape, "float32", max2d([3, 3], [1, 1], [1, 1, 1, 1], ceil=True)), shape, "float32", nan=True)
+    # 3-D: the depth pass (non-overlapping, computed per output row) goes to the rows' tile, above
+    # the tiled pass it feeds (TensorRT's random case: window 3x2x4, strides 3x1x1, int8)
+    shape = [1, 2, 5, 6, 7]
+    _check(_module(shape, "int8", max2d([3, 2, 3], [3, 1, 1], [0, 0, 1, 1, 1, 1])), shape, "int8")
 
 
 @pytest.mark.parametrize("seed", range(8))
