@@ -202,8 +202,9 @@ def merge_search_records(src: str, dst: str, source: str, cpu: str | None = None
     (this machine's by default) are taken: ``src`` may be a copy of the shipped log, tuned further
     on another CPU, whose copied records would otherwise come back as new ones. Pooling records
     stay out: the shipped log's pooling records go with its rules stamp
-    (``tuning.logs.rules_stamp``), which this does not touch. Returns how many records were
-    added."""
+    (``tuning.logs.rules_stamp``), which this does not touch. Records and runs ``src`` copied
+    from ``dst`` (a copy of the shipped log tuned further on this CPU) are not added again.
+    Returns how many records were added."""
     import tvm_ffi  # pylint: disable=import-outside-toplevel
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
@@ -211,10 +212,13 @@ def merge_search_records(src: str, dst: str, source: str, cpu: str | None = None
     old = ms.database.JSONDatabase(*(os.path.join(src, n) for n in names), allow_missing=False)
     new = ms.database.JSONDatabase(*(os.path.join(dst, n) for n in names), allow_missing=False)
     cpu = cpu_model("host") if cpu is None else cpu
+    shipped = {_record_key(record) for record in new.get_all_tuning_records()}
     best = {}  # per workload (its module's structural hash): (mean seconds, record)
     for record in old.get_all_tuning_records():
         if tuning.is_pooling(record.workload.mod) or not record.run_secs or cpu_model(record.target) != cpu:
             continue
+        if _record_key(record) in shipped:
+            continue  # a record of this CPU that src copied from dst
         secs = mean_secs(record.run_secs)
         key = tvm_ffi.structural_hash(record.workload.mod)
         if key not in best or secs < best[key][0]:
@@ -229,11 +233,19 @@ def merge_search_records(src: str, dst: str, source: str, cpu: str | None = None
     meta_path = os.path.join(dst, tuning.META_FILE)
     with open(meta_path, encoding="utf-8") as fh:
         meta = json.load(fh)
-    meta.setdefault("runs", []).extend(dict(run, model=source, records_kept=added) for run in runs)
+    kept = meta.setdefault("runs", [])
+    kept.extend(dict(run, model=source, records_kept=added) for run in runs if run not in kept)  # src's own runs
     with open(meta_path, "w", encoding="utf-8") as fh:
         json.dump(meta, fh, indent=1)
         fh.write("\n")
     return added
+
+
+def _record_key(record) -> tuple:
+    """What makes two records the same: workload, schedule and the CPU model measured on."""
+    import tvm_ffi  # pylint: disable=import-outside-toplevel
+
+    return (tvm_ffi.structural_hash(record.workload.mod), str(record.trace.as_json()), cpu_model(record.target))
 
 
 def squeezenet_path() -> str:

@@ -737,3 +737,49 @@ def test_shipped_log_takes_a_tuned_models_best_search_records(tmp_path):
     assert meta["runs"][-1]["records_kept"] == 1
     names = dict(tuning.records_for(conv, TARGET, [shipped], shipped=False))
     assert any("conv" in name and shipped in how for name, how in names.items()), names
+    # a copy of the shipped log (tuned further here) brings back none of its copied records or runs
+    copy = str(tmp_path / "copy")
+    shutil.copytree(shipped, copy)
+    runs = len(json.load(open(os.path.join(shipped, tuning.META_FILE)))["runs"])
+    assert merge_search_records(copy, shipped, "copied") == 0
+    assert len(json.load(open(os.path.join(shipped, tuning.META_FILE)))["runs"]) == runs
+
+
+def test_a_tune_measures_other_cpus_records_here_before_searching(tmp_path):
+    """tuning.foreign: the best record another CPU model measured for a searched task is built
+    and timed here first and recorded as this CPU's, so the search's records compete with it on
+    this CPU's times (compile applies this CPU's records before any other's, whatever their
+    times: a search that found only slower schedules would otherwise replace it)."""
+    from tvm_pool.tuning import logs
+    from tvm_pool.tuning.lookup import coverage
+
+    here = logs.cpu_model(resolve_target("host"))
+    if not here:
+        pytest.skip("the host target names no CPU model")
+    other = "icelake-server" if here != "icelake-server" else "skylake-avx512"
+    log_dir = tmp_path / "log"
+    conv = tvm_pool.from_onnx(conv_pool_model())
+    tvm_pool.tune(conv, "host", trials=4, log_dir=str(log_dir), source="conv_pool", progress=lambda _: None)
+    path = log_dir / tuning.RECORD_FILE
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for _, record in lines:
+        record[2]["mcpu"] = other
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    conv_index = {i for i, w in enumerate(logs.read_log(str(log_dir)).records) if not logs.is_pooling(w[0].mod)}
+    best = {}  # workload index -> the other CPU's fastest trace
+    for index, record in lines:
+        secs = logs.mean_secs(record[1]) if record[1] else float("inf")
+        if index in conv_index and secs < best.get(index, (float("inf"),))[0]:
+            best[index] = (secs, record[0])
+    assert len(best) == 1, best
+    said = []
+    tvm_pool.tune(conv, "host", trials=0, log_dir=str(log_dir), source="conv_pool", progress=said.append)
+    assert any(l.startswith(f"[other CPUs] {len(best)} of ") and "records from other CPUs measured here" in l
+               for l in said), "\n".join(said)
+    after = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    mine = [record for index, record in after if index in best and record[2].get("mcpu") == here]
+    assert [record[0] for record in mine] == [trace for _, trace in best.values()]
+    assert all(record[1] for record in mine)
+    # compile now applies this CPU's record, the other CPU's schedule measured here
+    cov = coverage(conv, "host", [str(log_dir)], shipped=False)
+    assert cov.elsewhere == 0 and cov.kernels - cov.untuned >= len(best), cov

@@ -34,6 +34,7 @@ One module per concern:
 - :mod:`.workers`      worker threads whose jobs have a deadline (a device that stops answering)
 - :mod:`.plan`         planning a run: target, device, tasks and their design spaces
 - :mod:`.pooling`      the exhaustive search of pooling tasks
+- :mod:`.foreign`      other CPUs' records of the searched tasks, measured here first
 - :mod:`.evolutionary` MetaSchedule's search of the other tasks
 - :mod:`.intrin`       only the CPU tensor intrinsics for a CPU target (TVM 0.27)
 - :mod:`.meta`         what a run reports, and its entry in ``target.json``

@@ -408,7 +408,17 @@ def _load_uncached(target, candidates):
     :func:`_lazy_database`), not here: the shipped logs hold some 500 records of models a build
     rarely has, and parsing and replaying them all took 3.5 of the 5.8 s a compile spent on
     its logs. The log-dir map fills in as workloads are asked for."""
-    found: dict = {}  # structural key -> [(workload, records, log dir), ...] in the logs' order
+    found = _found(target, candidates)
+    if not found:
+        return None, {}
+    sources: dict = {}
+    return _lazy_database(found, sources, cpu_model(target)), sources
+
+
+def _found(target, candidates) -> dict:
+    """structural key -> [(workload, records, log dir), ...] over the usable logs of
+    ``candidates`` ([(log dir, named by the user)]), in the logs' order."""
+    found: dict = {}
     for log_dir, explicit in candidates:
         usable = _usable_log(log_dir, explicit, target)
         if usable is None:
@@ -420,10 +430,27 @@ def _load_uncached(target, candidates):
             if not pooling_applies and is_pooling(workload.mod):
                 continue
             found.setdefault(tvm_ffi_key(workload.mod), []).append((workload, records, log_dir))
-    if not found:
-        return None, {}
-    sources: dict = {}
-    return _lazy_database(found, sources, cpu_model(target)), sources
+    return found
+
+
+def foreign_records(target, dirs, mods) -> dict:
+    """{i: TuningRecord}: for each task function ``mods[i]``, the fastest replaying record of its
+    workload that another CPU model measured (in ``dirs`` and ``target``'s shipped logs), where
+    there is one. Empty when ``target`` names no CPU model (its ``mcpu``). ``tune`` measures
+    these here (:mod:`.foreign`): :func:`_choose` puts this CPU's records first, whatever the
+    others' times, so a record tuned here that is slower than another CPU's would otherwise
+    replace it."""
+    cpu = cpu_model(target)
+    if not cpu:
+        return {}
+    found = _found(target, [(os.fspath(d), True) for d in dirs] + [(shipped_log_dir(target), False)])
+    chosen = {}
+    for i, mod in enumerate(mods):
+        entries = [(workload, others, log_dir) for workload, records, log_dir in found.get(tvm_ffi_key(mod), [])
+                   if (others := [r for r in records if record_cpu(r[1]) != cpu])]
+        if entries and (best := _choose(entries)) is not None:
+            chosen[i] = best[1]
+    return chosen
 
 
 def cpu_model(target) -> str:

@@ -10,7 +10,7 @@ import time
 import tvm
 
 from ..targets import describe_target
-from . import evolutionary, logs, pooling
+from . import evolutionary, foreign, logs, pooling
 from .farm import Farm
 from .measure import busy_note, in_process_builder, make_runner
 from .meta import Run, TuneResult, fmt_secs, write_meta
@@ -62,6 +62,7 @@ def tune(  # pylint: disable=too-many-arguments
     try:
         with _measurers(plan, say, counter, stop) as (builder, runner):
             results.extend(pooling.tune_pools(plan, builder, runner, database, say))
+            foreign.remeasure(plan, builder, runner, database, say)
             evolutionary.search(plan, trials, builder, runner, database, say, results, counter=counter,
                                 trials_per_iter=trials_per_iter, seed=seed, stop=stop)
         stopped = stop.check()

@@ -1,0 +1,66 @@
+"""Records another CPU measured, measured again here before the search.
+
+``compile`` applies, per workload, this CPU's fastest record before any other CPU's, whatever
+their times (:func:`.logs._choose`: times taken on another CPU do not compare). A search on this
+CPU therefore replaced a record of another CPU even when what it found ran slower here:
+MobileNetV3-Large on the AMD znver4, with the Intel machine's channel-last records, took 5.07 ms;
+after 10 minutes of tuning it took 6.02 ms, its 48 searched tasks' records now the znver4's own.
+So before the search, the best record another CPU has for each searched task (in the log being
+extended and the shipped logs) is built and timed here like any candidate, and recorded as this
+CPU's: the search's records then compete with it on this CPU's times, and a tune never leaves
+a task slower than the record it had.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import logs
+from .measure import device_type, remove_artifact
+from .meta import fmt_secs
+
+
+def remeasure(plan, builder, runner, database, say) -> int:
+    """Measure here the best record of another CPU for each of ``plan.search_tasks`` (none where
+    the target names no CPU model) and commit those that ran to ``database`` as this target's;
+    returns how many were committed."""
+    # pylint: disable=import-outside-toplevel
+    from tvm import s_tir
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    # pylint: enable=import-outside-toplevel
+    start = time.time()
+    mods = [task.dispatched[0] for task in plan.search_tasks]
+    dirs = [plan.log_dir] if logs.log_written(plan.log_dir) else []
+    found = logs.foreign_records(plan.target, dirs, mods)
+    if not found:
+        return 0
+    order, schedules = [], []
+    for i, record in sorted(found.items()):
+        sch = s_tir.Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        order.append(i)
+        schedules.append(sch)
+    built = builder.build([BuilderInput(sch.mod, plan.target) for sch in schedules])
+    inputs, ran = [], []
+    for i, sch, res in zip(order, schedules, built):
+        if res.error_msg is None:
+            args_info = ArgInfo.from_prim_func(mods[i]["main"])
+            inputs.append(RunnerInput(res.artifact_path, device_type(plan.target), args_info))
+            ran.append((i, sch, args_info))
+    committed = 0
+    for (i, sch, args_info), future in zip(ran, runner.run(inputs) if inputs else []):
+        res = future.result()
+        if res.error_msg is None and res.run_secs:
+            workload = database.commit_workload(mods[i])
+            database.commit_tuning_record(TuningRecord(sch.trace, workload, res.run_secs, plan.target, args_info))
+            committed += 1
+    for res in built:
+        if res.artifact_path:
+            remove_artifact(res.artifact_path)
+    say(f"[other CPUs] {committed} of {len(mods)} searched tasks' records from other CPUs measured here "
+        f"(they compete with the search's on this CPU's times); {fmt_secs(time.time() - start)}")
+    return committed
