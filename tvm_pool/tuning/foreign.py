@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from . import logs
-from .measure import device_type, remove_artifact
+from .measure import measure_candidates
 from .meta import fmt_secs
 
 
@@ -27,9 +27,7 @@ def remeasure(plan, builder, runner, database, say) -> int:
     # pylint: disable=import-outside-toplevel
     from tvm import s_tir
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.runner import RunnerInput
 
     # pylint: enable=import-outside-toplevel
     start = time.time()
@@ -38,29 +36,19 @@ def remeasure(plan, builder, runner, database, say) -> int:
     found = logs.foreign_records(plan.target, dirs, mods)
     if not found:
         return 0
-    order, schedules = [], []
+    candidates = []  # (task index, schedule, args_info)
     for i, record in sorted(found.items()):
         sch = s_tir.Schedule(record.workload.mod)
         record.trace.apply_to_schedule(sch, remove_postproc=False)
-        order.append(i)
-        schedules.append(sch)
-    built = builder.build([BuilderInput(sch.mod, plan.target) for sch in schedules])
-    inputs, ran = [], []
-    for i, sch, res in zip(order, schedules, built):
-        if res.error_msg is None:
-            args_info = ArgInfo.from_prim_func(mods[i]["main"])
-            inputs.append(RunnerInput(res.artifact_path, device_type(plan.target), args_info))
-            ran.append((i, sch, args_info))
+        candidates.append((i, sch, ArgInfo.from_prim_func(mods[i]["main"])))
+    measured = measure_candidates(builder, runner, plan.target, [(sch.mod, args) for _, sch, args in candidates])
     committed = 0
-    for (i, sch, args_info), future in zip(ran, runner.run(inputs) if inputs else []):
-        res = future.result()
-        if res.error_msg is None and res.run_secs:
+    for (i, sch, args_info), per_round in zip(candidates, measured):
+        if per_round and per_round[0].error_msg is None and per_round[0].run_secs:
             workload = database.commit_workload(mods[i])
-            database.commit_tuning_record(TuningRecord(sch.trace, workload, res.run_secs, plan.target, args_info))
+            database.commit_tuning_record(TuningRecord(sch.trace, workload, per_round[0].run_secs, plan.target,
+                                                       args_info))
             committed += 1
-    for res in built:
-        if res.artifact_path:
-            remove_artifact(res.artifact_path)
     say(f"[other CPUs] {committed} of {len(mods)} searched tasks' records from other CPUs measured here "
         f"(they compete with the search's on this CPU's times); {fmt_secs(time.time() - start)}")
     return committed

@@ -40,6 +40,47 @@ def remove_artifact(path: str) -> None:
     shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
+def measure_round(runner, inputs) -> list:
+    """One round: every candidate measured, and those that failed measured once more. Through
+    the RPC tracker a failure is mostly the device's (it died or stopped answering, :mod:`.farm`),
+    and the next measurement goes to another device; a candidate that fails twice is dropped."""
+    results = [future.result() for future in runner.run(inputs)]
+    failed = [i for i, res in enumerate(results) if res.error_msg is not None]
+    if failed:
+        for i, future in zip(failed, runner.run([inputs[i] for i in failed])):
+            results[i] = future.result()
+    return results
+
+
+def measure_candidates(builder, runner, target, candidates, rounds: int = 1) -> list:
+    """Build every candidate (a ``(scheduled IRModule, args_info)`` pair) for ``target`` and
+    measure those that built in ``rounds`` rounds over all of them in turn (:func:`measure_round`),
+    so that a drift of the machine (another job, the clock) hits every candidate alike. Returns,
+    per candidate, its RunnerResults (one a round), or None where it did not build; the built
+    artifacts are removed."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    # pylint: enable=import-outside-toplevel
+    built = builder.build([BuilderInput(mod, target) for mod, _ in candidates])
+    inputs, where = [], []
+    for i, ((_, args_info), res) in enumerate(zip(candidates, built)):
+        if res.error_msg is None:
+            inputs.append(RunnerInput(res.artifact_path, device_type(target), args_info))
+            where.append(i)
+    try:
+        per_round = [measure_round(runner, inputs) for _ in range(rounds)] if inputs else []
+    finally:
+        for res in built:
+            if res.artifact_path:
+                remove_artifact(res.artifact_path)
+    measured = [None] * len(candidates)
+    for k, i in enumerate(where):
+        measured[i] = [results[k] for results in per_round]
+    return measured
+
+
 def build_candidate(item, fcompile):
     """Build one candidate (a BuilderInput) in this process: its BuilderResult. Every candidate
     gets the target family's rewrites of a scheduled pooling function first

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from .logs import mean_secs
-from .measure import device_type, remove_artifact
+from .measure import measure_candidates
 from .meta import TaskResult, fmt_ms, fmt_secs
 
 # Rounds over all candidates, and the gain a knob needs over the hand-written schedule to be
@@ -43,19 +43,6 @@ def _median(values) -> float:
     return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
 
 
-def _measure_round(runner, inputs) -> list:
-    """One round: every candidate measured, and those that failed measured once more. Through
-    the RPC tracker a failure is mostly the device's (it died or stopped answering, :mod:`.farm`),
-    and the next measurement goes to another device; a candidate that fails twice is dropped (a
-    knob is compared with the hand-written schedule only when both ran in every round)."""
-    results = [future.result() for future in runner.run(inputs)]
-    failed = [i for i, res in enumerate(results) if res.error_msg is not None]
-    if failed:
-        for i, future in zip(failed, runner.run([inputs[i] for i in failed])):
-            results[i] = future.result()
-    return results
-
-
 def tune_pools(plan, builder, runner, database, say) -> list[TaskResult]:
     """Measure every pooling task's candidates (``plan.pool_tasks``) and commit the records
     worth keeping to ``database``; one progress line per task."""
@@ -76,28 +63,19 @@ def tune_pools(plan, builder, runner, database, say) -> list[TaskResult]:
 def _tune_pool(task, cands, target, builder, runner, database) -> TaskResult:
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.builder import BuilderInput
     from tvm.s_tir.meta_schedule.database import TuningRecord
-    from tvm.s_tir.meta_schedule.runner import RunnerInput
 
     # pylint: enable=import-outside-toplevel
     task_mod = task.dispatched[0]
     args_info = ArgInfo.from_prim_func(task_mod["main"])
-    built = builder.build([BuilderInput(sch.mod, target) for _, sch in cands])
-    inputs, order = [], []
-    for (label, sch), res in zip(cands, built):
-        if res.error_msg is None:
-            inputs.append(RunnerInput(res.artifact_path, device_type(target), args_info))
-            order.append((label, sch))
-    # Rounds over every candidate in turn, so a drift of the machine (another job, the clock)
-    # hits every candidate alike; a candidate's time is the mean of its per-round medians.
-    rounds = [_measure_round(runner, inputs) for _ in range(POOL_ROUNDS)] if inputs else []
+    # a candidate's time is the mean of its per-round medians; a knob is compared with the
+    # hand-written schedule only when both ran in every round
+    measured = measure_candidates(builder, runner, target, [(sch.mod, args_info) for _, sch in cands], POOL_ROUNDS)
     workload = database.commit_workload(task_mod)
     result = TaskResult(task.task_name, "pool", trials=len(cands))
     timed = []
-    for i, (label, sch) in enumerate(order):
-        per_round = [r[i] for r in rounds]
-        if any(res.error_msg is not None or not res.run_secs for res in per_round):
+    for (label, sch), per_round in zip(cands, measured):
+        if per_round is None or any(res.error_msg is not None or not res.run_secs for res in per_round):
             continue
         secs = [_median([float(s) for s in res.run_secs]) for res in per_round]
         timed.append((label, sch, secs, mean_secs(secs) * 1e3))
@@ -107,7 +85,4 @@ def _tune_pool(task, cands, target, builder, runner, database) -> TaskResult:
         result.recorded += 1
         if result.best_ms is None or ms_time < result.best_ms:
             result.best_ms, result.best_label = ms_time, label
-    for res in built:
-        if res.artifact_path:
-            remove_artifact(res.artifact_path)
     return result
